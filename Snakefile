@@ -1,0 +1,23 @@
+# Reproduction workflow for "Speculative Decoding: Performance or Illusion?" (arXiv 2601.11580).
+#
+#   snakemake --cores all --use-apptainer          the paper's grid on GPUs (config/paper.yaml)
+#   snakemake --profile profiles/cpu               the small CPU run (config/cpu.yaml)
+#   snakemake figures/<one figure>.pdf             one figure and what it depends on
+#
+# Stages, one file each under workflow/rules/: common (config), traces, acceptance, report.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/traces.smk"
+include: "workflow/rules/acceptance.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        REPORT_PDF,

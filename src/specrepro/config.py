@@ -1,0 +1,260 @@
+"""The run configuration: schema validation, cross-reference checks, typed access.
+
+The Snakefile validates ``config`` with Snakemake's ``validate()`` against
+``workflow/schemas/config.schema.yaml`` and then calls :func:`check_config`;
+both problems are reported as one line ``config error: <key> = <value>: <why>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from .io import SpecReproError
+
+METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+#: methods that need a drafter entry on the target model
+DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
+
+
+class ConfigError(SpecReproError):
+    """A configuration problem; ``str()`` is the one-line message."""
+
+
+def key_path(parts: Any) -> str:
+    """``['experiments', 0, 'k']`` -> ``experiments[0].k``."""
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "<top level>"
+
+
+def format_schema_error(err: Any) -> str:
+    """One line from a ``jsonschema.ValidationError``: key, bad value, what is allowed."""
+    # The most specific sub-error explains oneOf/anyOf failures better than the parent.
+    best = err
+    if getattr(err, "context", None):
+        from jsonschema.exceptions import best_match
+
+        best = best_match(err.context) or err
+    where = key_path(list(best.absolute_path))
+    validator = best.validator
+    value = best.instance
+    shown = json.dumps(value, default=str)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    if validator == "enum":
+        allowed = ", ".join(str(v) for v in best.validator_value)
+        return f"config error: {where} = {shown}: not allowed (allowed: {allowed})"
+    if validator == "additionalProperties":
+        allowed = sorted((best.schema.get("properties") or {}).keys())
+        extra = sorted(set(value) - set(allowed)) if isinstance(value, dict) else []
+        key = key_path(list(best.absolute_path) + [extra[0]]) if extra else where
+        return f"config error: {key}: unknown key (allowed here: {', '.join(allowed)})"
+    if validator == "propertyNames":
+        return f"config error: {where}: {best.message}"
+    if validator == "required":
+        return f"config error: {where}: {best.message}"
+    return f"config error: {where} = {shown}: {best.message}"
+
+
+def schema_error_from_workflow_error(exc: BaseException) -> str | None:
+    """Extract the jsonschema error Snakemake's ``validate()`` wraps, formatted; None if absent."""
+    try:
+        from jsonschema.exceptions import ValidationError
+    except ImportError:  # pragma: no cover - jsonschema is a dependency
+        return None
+    for arg in getattr(exc, "args", ()):
+        if isinstance(arg, ValidationError):
+            return format_schema_error(arg)
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, ValidationError):
+        return format_schema_error(cause)
+    return None
+
+
+def validate_schema(config: dict, schema_path: str | Path) -> None:
+    """Validate with defaults filled in, without Snakemake (used by the CLI and tests)."""
+    import yaml
+    from jsonschema import Draft202012Validator, validators
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    base = Draft202012Validator
+    validate_properties = base.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema_):
+        for prop, sub in properties.items():
+            if "default" in sub and isinstance(instance, dict):
+                instance.setdefault(prop, json.loads(json.dumps(sub["default"])))
+        yield from validate_properties(validator, properties, instance, schema_)
+
+    Validator = validators.extend(base, {"properties": set_defaults})
+    errors = sorted(Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise ConfigError(format_schema_error(errors[0]))
+
+
+def _check_dataset_names(names, where_parts, datasets) -> Iterator[str]:
+    for j, d in enumerate(names):
+        if d not in datasets:
+            yield (
+                f"config error: {key_path(where_parts + [j])} = {json.dumps(d)}: not a dataset of this config "
+                f"(allowed: {', '.join(sorted(datasets))})"
+            )
+
+
+def config_problems(config: Mapping[str, Any]) -> list[str]:
+    """Cross-reference problems the schema cannot express, each as one line."""
+    problems: list[str] = []
+    datasets = config.get("datasets", {})
+    models = config.get("models", {})
+    rt = config.get("released_traces", {})
+    problems += _check_dataset_names(list(rt.get("files", {})), ["released_traces", "files"], datasets)
+    for p in rt.get("aligned", []):
+        if p not in rt.get("proposers", {}):
+            problems.append(
+                f"config error: released_traces.aligned = {json.dumps(p)}: not a proposer of released_traces.proposers "
+                f"(allowed: {', '.join(sorted(rt.get('proposers', {})))})"
+            )
+    prof = config.get("profiling", {})
+    problems += _check_dataset_names(prof.get("datasets", []), ["profiling", "datasets"], datasets)
+    seen_names: set[str] = set()
+    for i, exp in enumerate(config.get("experiments", [])):
+        base = ["experiments", i]
+        if exp["name"] in seen_names:
+            problems.append(f"config error: {key_path(base + ['name'])} = {json.dumps(exp['name'])}: used twice")
+        seen_names.add(exp["name"])
+        model = exp["model"]
+        if model not in models:
+            problems.append(
+                f"config error: {key_path(base + ['model'])} = {json.dumps(model)}: not a model of this config "
+                f"(allowed: {', '.join(sorted(models))})"
+            )
+            continue
+        problems += _check_dataset_names(exp["datasets"], base + ["datasets"], datasets)
+        drafters = models[model].get("drafters", {}) or {}
+        for j, m in enumerate(exp["methods"]):
+            mbase = base + ["methods", j]
+            method = m["method"]
+            if method in DRAFTER_METHODS and method not in drafters:
+                have = ", ".join(sorted(drafters)) or "none"
+                problems.append(
+                    f"config error: {key_path(mbase + ['method'])} = {json.dumps(method)}: model "
+                    f"{json.dumps(model)} has no {method} drafter (models.{model}.drafters has: {have})"
+                )
+            if method != "none" and not m.get("k"):
+                problems.append(f"config error: {key_path(mbase)}: method {json.dumps(method)} needs k (e.g. k: [3])")
+            if method == "none" and m.get("k"):
+                problems.append(f"config error: {key_path(mbase + ['k'])}: method \"none\" takes no k")
+            for j2, d in enumerate(m.get("datasets", []) or []):
+                if d not in exp["datasets"]:
+                    problems.append(
+                        f"config error: {key_path(mbase + ['datasets', j2])} = {json.dumps(d)}: not one of the "
+                        f"experiment's datasets (allowed: {', '.join(exp['datasets'])})"
+                    )
+    ng = config.get("engine", {}).get("ngram", {})
+    if ng and ng.get("prompt_lookup_min", 1) > ng.get("prompt_lookup_max", 1):
+        problems.append(
+            f"config error: engine.ngram.prompt_lookup_min = {ng['prompt_lookup_min']}: larger than "
+            f"prompt_lookup_max = {ng['prompt_lookup_max']}"
+        )
+    return problems
+
+
+def check_config(config: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigError` with the first cross-reference problem."""
+    problems = config_problems(config)
+    if problems:
+        raise ConfigError(problems[0])
+
+
+def config_hash(config: Mapping[str, Any]) -> str:
+    """Short, stable hash of a (validated) config, recorded with every result."""
+    blob = json.dumps(config, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+# --- typed views ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleasedTraces:
+    name: str
+    label: str
+    url: str
+    filename: str
+    model: str
+    hardware: str
+    sha256: dict[str, str]
+    proposers: dict[str, str]
+    aligned: tuple[str, ...]
+
+    @property
+    def datasets(self) -> list[str]:
+        return sorted(self.sha256)
+
+    def url_for(self, dataset: str) -> str:
+        return self.url.format(dataset=dataset)
+
+    def filename_for(self, dataset: str) -> str:
+        return self.filename.format(dataset=dataset)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Typed access to the parts of a validated config the analysis code needs."""
+
+    name: str
+    kind: str
+    description: str
+    datasets: dict[str, dict]
+    models: dict[str, dict]
+    released: ReleasedTraces
+    traces_dir: str | None
+    offline: bool
+    figures: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any]) -> "RunConfig":
+        rt = config["released_traces"]
+        released = ReleasedTraces(
+            name=rt["name"],
+            label=rt.get("label", rt["name"]),
+            url=rt["url"],
+            filename=rt.get("filename", "combined_{dataset}.jsonl"),
+            model=rt["model"],
+            hardware=rt["hardware"],
+            sha256={d: v["sha256"] for d, v in rt["files"].items()},
+            proposers=dict(rt["proposers"]),
+            aligned=tuple(rt.get("aligned", ["ngram"])),
+        )
+        return cls(
+            name=config["run"]["name"],
+            kind=config["run"]["kind"],
+            description=config["run"].get("description", ""),
+            datasets=dict(config["datasets"]),
+            models=dict(config["models"]),
+            released=released,
+            traces_dir=config.get("traces_dir"),
+            offline=bool(config.get("offline", False)),
+            figures=dict(config.get("figures", {})),
+            raw=dict(config),
+        )
+
+    def dataset_label(self, key: str) -> str:
+        return self.datasets.get(key, {}).get("label", key)
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.kind == "cpu"
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """Read the resolved-config JSON the workflow writes (``results/run_config.json``)."""
+    from .io import read_json
+
+    return RunConfig.from_dict(read_json(path))

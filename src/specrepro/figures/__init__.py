@@ -1,0 +1,106 @@
+"""Figures and tables: one module per target, each with its caption and the paper's statement.
+
+A module defines ``SPEC`` (a :class:`FigureSpec`) and ``build(inputs, output, ctx)``.
+Output files are named ``figures/<spec.name>-<subject>.<ext>`` where the subject is
+a trace set or an experiment; the report finds the spec from the file name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+#: modules of this package that define a figure or table, in report order
+MODULES = (
+    "acceptance_heatmap",
+    "acceptance_diff",
+    "request_span",
+    "acceptance_table",
+)
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """What the report needs to know about one figure or table."""
+
+    name: str  #: file-name stem before "-<subject>"
+    kind: str  #: "figure" or "table"
+    title: str
+    paper_ref: str  #: e.g. "Fig. 5"
+    caption: str  #: may use {subject_label}
+    paper_statement: str  #: what the paper says this shows, in our words
+    data: str  #: "released traces", "engine runs", "simulator" ...
+
+
+def spec(name: str) -> FigureSpec:
+    for mod in MODULES:
+        s = module(mod).SPEC
+        if s.name == name:
+            return s
+    raise KeyError(name)
+
+
+def module(mod: str):
+    return importlib.import_module(f"{__name__}.{mod}")
+
+
+def all_specs() -> list[FigureSpec]:
+    return [module(m).SPEC for m in MODULES]
+
+
+def by_cli_name(name: str):
+    """The module whose spec name or module name is ``name`` (dashes or underscores)."""
+    key = name.replace("-", "_")
+    for mod in MODULES:
+        m = module(mod)
+        if key in (mod, m.SPEC.name):
+            return m
+    raise KeyError(name)
+
+
+def parse_output_name(path: str | Path) -> tuple[str, str]:
+    """``figures/fig05_acceptance_heatmap-h100-llama3.1-8b.pdf`` -> (spec name, subject)."""
+    stem = Path(path).name
+    for ext in (".pdf", ".tex", ".csv"):
+        if stem.endswith(ext):
+            stem = stem[: -len(ext)]
+    name, _, subject = stem.partition("-")
+    return name, subject
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """The trace set a figure is about: labels and orders taken from the run config."""
+
+    subject: str
+    subject_label: str
+    datasets: tuple[str, ...]  #: in config order
+    dataset_labels: dict
+    proposers: dict  #: trace key -> label, in display order
+    params: dict  #: the config's ``figures`` section
+
+    def dataset_label(self, key: str) -> str:
+        return self.dataset_labels.get(key, key)
+
+    def proposer_label(self, key: str) -> str:
+        return self.proposers.get(key, key)
+
+
+def trace_context(run_config: dict, traceset: str) -> TraceContext:
+    """Build the context of trace set ``traceset`` from the resolved run config."""
+    sets = run_config.get("trace_sets", {})
+    if traceset not in sets:
+        from ..io import SpecReproError
+
+        raise SpecReproError(f"trace set {traceset!r} is not in the run config (known: {', '.join(sorted(sets))})")
+    ts = sets[traceset]
+    ds = run_config.get("datasets", {})
+    return TraceContext(
+        subject=traceset,
+        subject_label=ts.get("label", traceset),
+        datasets=tuple(ts["datasets"]),
+        dataset_labels={k: v.get("label", k) for k, v in ds.items()},
+        proposers={k: label for k, label in ts["proposers"]},
+        params=dict(run_config.get("figures", {})),
+    )

@@ -1,0 +1,70 @@
+"""Table: acceptance statistics per dataset x proposer, and the share of positions each proposer wins."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from .. import acceptance
+from ..io import write_csv, write_json, write_text
+from ..latex import tex_escape
+from ._data import load_concat
+
+SPEC = FigureSpec(
+    name="tab_acceptance_stats",
+    kind="table",
+    title="Acceptance statistics",
+    paper_ref="Figs. 5-7, 11",
+    caption=(
+        "Tokens per verification step over all output positions ({subject_label}): mean, median and 90th "
+        "percentile; the median over requests of the per-request mean; and the share of index-paired "
+        "positions where this proposer produces strictly more tokens than the other (the rest are ties)."
+    ),
+    paper_statement=(
+        "n-gram's acceptance is bimodal (mostly 1, sometimes very long) while EAGLE's is steadier; each "
+        "proposer wins at a sizeable share of positions, which is what makes combining them attractive."
+    ),
+    data="released traces",
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--positions", nargs="+", required=True)
+    p.add_argument("--csv", required=True, help="the same table as CSV")
+    p.add_argument("--metrics", required=True, help="measured values for the claims table (JSON)")
+
+
+def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:
+    """A booktabs tabular; numbers rounded for reading, the CSV keeps full precision."""
+    lines = [
+        r"\begin{tabular}{llrrrrrrr}",
+        r"\toprule",
+        r"Dataset & Proposer & Requests & Positions & Mean & Median & P90 & Req.\ median & Wins \\",
+        r"\midrule",
+    ]
+    order = {d: i for i, d in enumerate(ctx.datasets)}
+    porder = {p: i for i, p in enumerate(ctx.proposers)}
+    stats = stats.assign(_d=stats["dataset"].map(order), _p=stats["proposer"].map(porder))
+    stats = stats.sort_values(["_d", "_p"], kind="mergesort")
+    prev = None
+    for row in stats.itertuples(index=False):
+        if prev is not None and row.dataset != prev:
+            lines.append(r"\addlinespace")
+        ds = tex_escape(ctx.dataset_label(row.dataset)) if row.dataset != prev else ""
+        prev = row.dataset
+        wins = "--" if pd.isna(row.wins) else f"{100 * row.wins:.1f}\\%"
+        lines.append(
+            f"{ds} & {tex_escape(ctx.proposer_label(row.proposer))} & {row.requests:d} & {row.positions:,d} & "
+            f"{row.mean:.2f} & {row.median:.1f} & {row.p90:.1f} & {row.request_mean_median:.2f} & {wins} \\\\"
+        )
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def build(args, ctx: TraceContext) -> None:
+    positions = load_concat(args.positions)
+    positions = positions[positions["dataset"].isin(list(ctx.datasets))]
+    stats = acceptance.acceptance_stats(positions, list(ctx.proposers))
+    write_csv(args.csv, stats)
+    write_json(args.metrics, acceptance.metrics(positions, stats, ctx.subject))
+    write_text(args.output, to_latex(stats, ctx))

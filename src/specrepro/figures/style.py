@@ -1,0 +1,74 @@
+"""One look for every figure: fixed fonts, sizes, colours; deterministic vector PDFs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display; identical output everywhere
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..io import atomic_path  # noqa: E402
+
+#: width of a full-width figure in the report (inches)
+FULL_WIDTH = 7.0
+
+RC = {
+    "font.family": "DejaVu Sans",  # ships with matplotlib: same glyphs on every machine
+    "font.size": 7,
+    "axes.titlesize": 7.5,
+    "axes.labelsize": 7,
+    "xtick.labelsize": 6.5,
+    "ytick.labelsize": 6.5,
+    "legend.fontsize": 6.5,
+    "axes.linewidth": 0.6,
+    "lines.linewidth": 1.2,
+    "pdf.fonttype": 42,  # embed TrueType: text stays text in the PDF
+    "ps.fonttype": 42,
+    "savefig.dpi": 300,
+    "image.interpolation": "nearest",
+    "svg.hashsalt": "specrepro",
+    "path.simplify": False,
+}
+
+#: method colours, the paper's assignment (Fig. 7): EAGLE orange, EAGLE-3 green, n-gram blue, draft purple
+METHOD_COLORS = {
+    "ngram": "#4C8DC4",
+    "eagle": "#F5A05A",
+    "eagle3": "#66B565",
+    "draft_model": "#A98BCF",
+    "mtp": "#D9676B",
+    "combined": "#C0392B",
+    "none": "#7F7F7F",
+}
+
+METHOD_LABELS = {
+    "none": "no SD",
+    "ngram": "n-gram",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE-3",
+    "draft_model": "draft model",
+    "mtp": "MTP",
+    "combined": "Oracle Combine",
+}
+
+
+def method_color(key: str) -> str:
+    return METHOD_COLORS.get(key, "#555555")
+
+
+def apply() -> None:
+    """Set the shared rcParams (idempotent)."""
+    plt.rcParams.update(RC)
+
+
+def save_pdf(fig, output: str | os.PathLike) -> None:
+    """Save a vector PDF atomically with no timestamps, so identical data give identical bytes."""
+    output = Path(output)
+    with atomic_path(output) as tmp:
+        fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
+                                                  "Creator": "specrepro"}, bbox_inches="tight", pad_inches=0.02)
+    plt.close(fig)
