@@ -30,10 +30,24 @@ def _fetch_trace(sub) -> None:
     def run(a):
         from .fetch import fetch_verified
 
-        src = fetch_verified(a.url, a.sha256, a.output, a.local_dir, a.filename, a.offline, a.provenance)
+        src = fetch_verified(
+            a.url, a.sha256, a.output, a.local_dir, a.filename, a.offline, a.provenance, diagnose=_first_trace_problem
+        )
         print(f"{a.output}: {src.kind} ({src.location}), SHA-256 verified", file=sys.stderr)
 
     p.set_defaults(func=run)
+
+
+def _first_trace_problem(path) -> str | None:
+    """The first malformed line of a trace file, for a checksum-mismatch message (line-relative)."""
+    from .traces import TraceFormatError, read_trace
+
+    try:
+        read_trace(path, aligned=())
+    except TraceFormatError as exc:
+        text = str(exc)
+        return "first problem: line" + text.split(str(path), 1)[1] if str(path) in text else text
+    return None
 
 
 def _trace_tables(sub) -> None:

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .io import SpecReproError, atomic_path, sha256_file, write_json
 
@@ -77,8 +78,13 @@ def fetch_verified(
     filename: str | None = None,
     offline: bool = False,
     provenance: str | Path | None = None,
+    diagnose: Callable[[Path], str | None] | None = None,
 ) -> Source:
-    """Write the file with SHA-256 ``sha256`` to ``output``; record where it came from in ``provenance``."""
+    """Write the file with SHA-256 ``sha256`` to ``output``; record where it came from in ``provenance``.
+
+    On a checksum mismatch ``diagnose(path)`` may name what is wrong inside the file
+    (e.g. the first malformed trace line); nothing is written to ``output``.
+    """
     output = Path(output)
     filename = filename or url.rsplit("/", 1)[-1]
     src = resolve_source(url, local_dir, filename, offline)
@@ -91,10 +97,11 @@ def fetch_verified(
             download(url, tmp)
         got = sha256_file(tmp)
         if got != sha256:
-            where = src.location
+            detail = diagnose(tmp) if diagnose else None
+            detail = f"; {detail}" if detail else ""
             raise SpecReproError(
-                f"{where}: SHA-256 mismatch (expected {sha256}, got {got}); the file is damaged or not the "
-                "pinned version: restore or re-download it"
+                f"{src.location}: SHA-256 mismatch (expected {sha256}, got {got}){detail}; the file is damaged "
+                "or not the pinned version: restore or re-download it"
             )
     if provenance:
         write_json(

@@ -1,0 +1,70 @@
+"""Shared test helpers: repository paths, the released traces beside the clone, small trace files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TRACES = (REPO / ".." / "shared" / "traces" / "llama3.1-8B-H100").resolve()
+DATASETS = ("cnn", "gsm8k", "instructcoder", "sharegpt")
+
+#: facts about the released files, from ../shared/traces/SOURCE.md
+RELEASED_FACTS = {
+    "cnn": {"records": 300, "output_tokens": 96_856, "eagle_equal_length": 82},
+    "gsm8k": {"records": 300, "output_tokens": 49_848, "eagle_equal_length": 174},
+    "instructcoder": {"records": 500, "output_tokens": 130_989, "eagle_equal_length": 408},
+    "sharegpt": {"records": 310, "output_tokens": 225_541, "eagle_equal_length": 69},
+}
+
+
+def released_trace(dataset: str) -> Path:
+    path = SHARED_TRACES / f"combined_{dataset}.jsonl"
+    if not path.exists():
+        pytest.skip(f"released traces not found at {SHARED_TRACES} (place ../shared beside the clone)")
+    return path
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"released traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def small_record(rid: str, output: list[int], ngram: list[int], eagle: list[int], prompt: list[int] | None = None) -> dict:
+    return {
+        "id": rid,
+        "prompt_token_ids": prompt if prompt is not None else [1, 2, 3],
+        "generated_token_ids": output,
+        "acc_ngram": {"acc_len": ngram},
+        "acc_eagle": {"acc_len": eagle},
+    }
+
+
+def snakemake_cmd() -> list[str]:
+    exe = shutil.which("snakemake", path=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    if exe is None:
+        pytest.skip("snakemake not installed")
+    return [exe]
+
+
+def run_snakemake(args: list[str], cwd: Path = REPO, env: dict | None = None, timeout: int = 3600) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + full_env.get("PATH", "")
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        snakemake_cmd() + args, cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout
+    )

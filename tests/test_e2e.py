@@ -1,0 +1,68 @@
+"""The README's main run (the CPU config) end to end, in a scratch directory; reruns are byte-identical."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_snakemake
+
+pytestmark = pytest.mark.e2e
+RELEASED = "h100-llama3.1-8b"
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory, ):
+    from conftest import SHARED_TRACES
+
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("released traces not beside the clone")
+    work = tmp_path_factory.mktemp("cpu-run")
+    proc = run_snakemake(["--profile", "profiles/cpu", "--directory", str(work)], cwd=REPO)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-5000:])
+    return work
+
+
+def test_report_and_figures_exist(cpu_run):
+    pdf = cpu_run / "paper" / "report.pdf"
+    assert pdf.read_bytes().startswith(b"%PDF")
+    tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
+    assert "This is a CPU run." in tex
+    for name in ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span"):
+        assert (cpu_run / "figures" / f"{name}-{RELEASED}.pdf").exists()
+        assert f"{name}-{RELEASED}.pdf" in tex
+    stats = pd.read_csv(cpu_run / "figures" / f"tab_acceptance_stats-{RELEASED}.csv")
+    assert sorted(stats["dataset"].unique()) == ["cnn", "gsm8k", "instructcoder", "sharegpt"]
+    assert set(stats["proposer"]) == {"ngram", "eagle"}
+
+
+def test_claims_decided_from_traces(cpu_run):
+    claims = pd.read_csv(cpu_run / "results" / "claims.csv", keep_default_na=False, na_values=[""])
+    trace = claims[claims["evidence"] == "trace"]
+    assert len(trace) >= 10 and trace["this_run"].notna().all()
+    assert (trace["status"] != "not measured in this run").all()
+    engine = claims[claims["evidence"] == "engine"]
+    assert (engine["status"] == "not measured in this run").all()  # a CPU run never decides these
+
+
+def test_rerun_is_byte_identical(cpu_run):
+    outputs = [cpu_run / "figures" / f"{n}-{RELEASED}.pdf" for n in
+               ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span")]
+    outputs += [cpu_run / "figures" / f"tab_acceptance_stats-{RELEASED}.{ext}" for ext in ("tex", "csv")]
+    outputs += [cpu_run / "results" / f"metrics/acceptance-{RELEASED}.json", cpu_run / "results" / "claims.csv"]
+    before = {p: digest(p) for p in outputs}
+    proc = run_snakemake(["--profile", "profiles/cpu", "--directory", str(cpu_run), "--forceall", "--until", "claims"], cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {p: digest(p) for p in outputs} == before
+
+
+def test_nothing_left_to_do(cpu_run):
+    proc = run_snakemake(["-n", "--profile", "profiles/cpu", "--directory", str(cpu_run)], cwd=REPO)
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr

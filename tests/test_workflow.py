@@ -1,0 +1,128 @@
+"""The Snakemake workflow: the GPU DAG resolves, bad input stops before any job, one figure builds alone."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+import yaml
+
+from conftest import REPO, SHARED_TRACES, run_snakemake
+
+CPU = str(REPO / "config" / "cpu.yaml")
+RELEASED = "h100-llama3.1-8b"
+
+
+def planned_jobs(stdout: str) -> dict[str, int]:
+    """Rule -> job count from a dry run's "Job stats" table."""
+    jobs: dict[str, int] = {}
+    block = stdout.split("Job stats:", 1)[1]
+    for line in block.splitlines()[3:]:
+        m = re.match(r"^(\S+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        if m.group(1) != "total":
+            jobs[m.group(1)] = int(m.group(2))
+    return jobs
+
+
+def cpu_config(tmp_path, **changes) -> str:
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    for key, value in changes.items():
+        cfg[key] = value
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(path)
+
+
+def only_snakemake_state(workdir) -> bool:
+    return all(p.name in {".snakemake", "config.yaml", "traces"} for p in workdir.iterdir())
+
+
+def test_paper_dag_resolves(tmp_path):
+    proc = run_snakemake(["-n", "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = planned_jobs(proc.stdout)
+    assert jobs["fetch_released_trace"] == 4
+    assert jobs["trace_tables"] == 4
+    for rule in ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span", "tab_acceptance_stats",
+                 "claims", "report"):
+        assert jobs[rule] >= 1
+
+
+def test_cpu_dag_resolves(tmp_path):
+    proc = run_snakemake(["-n", "--configfile", CPU, "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert planned_jobs(proc.stdout)["report"] == 1
+
+
+def test_bad_config_stops_before_any_job(tmp_path):
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["experiments"][0]["batch_sizes"] = [0, 16]
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = run_snakemake(["--cores", "1", "--configfile", str(path), "--directory", str(tmp_path)])
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1] == "config error: experiments[0].batch_sizes[0] = 0: 0 is less than the minimum of 1"
+    assert only_snakemake_state(tmp_path)
+
+
+def test_missing_traces_file_stops_before_any_job(tmp_path, shared_traces):
+    partial = tmp_path / "traces"
+    partial.mkdir()
+    for name in ("combined_gsm8k.jsonl", "combined_instructcoder.jsonl", "combined_sharegpt.jsonl"):
+        (partial / name).symlink_to(shared_traces / name)
+    cfg = cpu_config(tmp_path, traces_dir=str(partial))
+    proc = run_snakemake(["--cores", "1", "--configfile", cfg, "--directory", str(tmp_path)])
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("input error: ") and "combined_cnn.jsonl: trace file not found in traces_dir" in lines[-1]
+    assert only_snakemake_state(tmp_path)
+
+
+def test_corrupted_trace_line_stops_with_one_line(tmp_path, shared_traces):
+    copy = tmp_path / "traces"
+    shutil.copytree(shared_traces, copy)
+    path = copy / "combined_gsm8k.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[9] = lines[9].replace('"generated_token_ids"', '"generated_tokens"', 1)
+    path.write_text("".join(lines))
+    cfg = cpu_config(tmp_path, traces_dir=str(copy))
+    target = f"results/traces/{RELEASED}/gsm8k.positions.parquet"
+    proc = run_snakemake(["--cores", "1", "--configfile", cfg, "--directory", str(tmp_path), target])
+    assert proc.returncode == 1
+    err = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "specrepro fetch-trace: error:" in ln]
+    assert len(err) == 1
+    assert "combined_gsm8k.jsonl: SHA-256 mismatch" in err[0]
+    assert "first problem: line:10: missing field 'generated_token_ids'" in err[0]
+    assert not (tmp_path / "resources" / "traces" / RELEASED / "gsm8k.jsonl").exists()
+    assert not (tmp_path / target).exists()
+
+
+def test_one_figure_builds_alone(tmp_path, shared_traces):
+    target = f"figures/fig07_request_span-{RELEASED}.pdf"
+    dry = run_snakemake(["-n", "--configfile", CPU, "--directory", str(tmp_path), target])
+    assert dry.returncode == 0, dry.stderr[-2000:]
+    assert planned_jobs(dry.stdout) == {"fetch_released_trace": 4, "trace_tables": 4, "run_config": 1, "fig07_request_span": 1}
+    proc = run_snakemake(["--cores", "2", "--configfile", CPU, "--directory", str(tmp_path), target])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / target).read_bytes().startswith(b"%PDF")
+    assert not (tmp_path / "paper" / "report.pdf").exists()
+    again = run_snakemake(["-n", "--configfile", CPU, "--directory", str(tmp_path), target])
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_download_path_in_the_workflow(tmp_path, shared_traces):
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    cfg["traces_dir"] = None
+    cfg["released_traces"]["url"] = (shared_traces / "combined_{dataset}.jsonl").as_uri().replace("%7B", "{").replace("%7D", "}")
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    target = f"resources/traces/{RELEASED}/cnn.jsonl"
+    proc = run_snakemake(["--cores", "1", "--configfile", str(path), "--directory", str(tmp_path), target])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = yaml.safe_load((tmp_path / f"resources/traces/{RELEASED}/cnn.source.json").read_text())
+    assert rec["source"] == "download"
+    assert rec["sha256"] == "90637b8cb4c410b3de6cdf2898ef1104d41b0fc5bff5e8692a6bfc836101899b"
