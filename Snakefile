@@ -21,3 +21,17 @@ rule all:
     default_target: True
     input:
         REPORT_PDF,
+
+
+# The validated config plus what the workflow derived from it; every analysis script reads this.
+rule run_config:
+    output:
+        RUN_CONFIG,
+    params:
+        blob=lambda wc: json.dumps(resolved_config(), sort_keys=True),
+    log:
+        "logs/run_config.log",
+    conda:
+        "envs/analysis.yaml"
+    shell:
+        "specrepro write-json --json {params.blob:q} -o {output} 2> {log}"

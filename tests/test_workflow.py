@@ -51,6 +51,17 @@ def test_paper_dag_resolves(tmp_path):
         assert jobs[rule] >= 1
 
 
+def test_lint_is_clean():
+    proc = run_snakemake(["--lint"])
+    assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+def test_conda_envs_exist():
+    for smk in [REPO / "Snakefile", *(REPO / "workflow" / "rules").glob("*.smk")]:
+        for env in re.findall(r'conda:\s*\n\s*"([^"]+)"', smk.read_text()):
+            assert (smk.parent / env).resolve().is_file(), f"{smk.name}: conda env {env} not found"
+
+
 def test_cpu_dag_resolves(tmp_path):
     proc = run_snakemake(["-n", "--configfile", CPU, "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -2,14 +2,6 @@
 # One rule per figure; each runs one script (a module of specrepro.figures) over one trace set.
 
 
-def trace_tables(kind):
-    def inputs(wc):
-        ts = TRACE_SETS[wc.traceset]
-        return [f"results/traces/{wc.traceset}/{d}.{kind}.parquet" for d in ts["datasets"]]
-
-    return inputs
-
-
 rule fig05_acceptance_heatmap:
     input:
         config=RUN_CONFIG,

@@ -116,22 +116,24 @@ def resolved_config():
     return cfg
 
 
+def trace_file(wc):
+    try:
+        return TRACE_SETS[wc.traceset]["files"][wc.dataset]
+    except KeyError:
+        raise WorkflowError(f"no trace of dataset {wc.dataset!r} in trace set {wc.traceset!r}")
+
+
+def trace_tables(kind):
+    def inputs(wc):
+        ts = TRACE_SETS[wc.traceset]
+        return [f"results/traces/{wc.traceset}/{d}.{kind}.parquet" for d in ts["datasets"]]
+
+    return inputs
+
+
 RUN_CONFIG = "results/run_config.json"
 REPORT_PDF = "paper/report.pdf"
 
 wildcard_constraints:
     traceset="[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*",
     dataset="[a-z0-9_]+",
-
-
-rule run_config:
-    output:
-        RUN_CONFIG,
-    params:
-        blob=lambda wc: json.dumps(resolved_config(), sort_keys=True),
-    log:
-        "logs/run_config.log",
-    conda:
-        "../../envs/analysis.yaml"
-    shell:
-        "specrepro write-json --json {params.blob:q} -o {output} 2> {log}"

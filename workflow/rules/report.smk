@@ -29,8 +29,8 @@ rule report:
     output:
         pdf=REPORT_PDF,
     params:
-        repo=str(REPO),
-        templates=str(REPO / "paper" / "templates"),
+        repo=lambda wc: str(REPO),
+        templates=lambda wc, input: str(Path(input.template).parent),
     log:
         "logs/report.log",
     conda:

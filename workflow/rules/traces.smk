@@ -21,13 +21,6 @@ rule fetch_released_trace:
         " {params.local} {params.offline} --provenance {output.source:q} -o {output.trace:q} 2> {log}"
 
 
-def trace_file(wc):
-    try:
-        return TRACE_SETS[wc.traceset]["files"][wc.dataset]
-    except KeyError:
-        raise WorkflowError(f"no trace of dataset {wc.dataset!r} in trace set {wc.traceset!r}")
-
-
 rule trace_tables:
     """Validate a trace file and write its tidy tables (one row per request; per request x proposer x position)."""
     input:
