@@ -18,6 +18,7 @@ rule container_image:
         args=config["containers"]["build_args"],
     log:
         "logs/container_image/vllm-{image}.log",
+    # runs the host's apptainer (no env or container can provide it); on a cluster, on the submit host
     localrule: True
     shell:
         # %files paths are relative to the repository root; --force: a half-built image from a killed
@@ -62,6 +63,8 @@ rule preflight:
     log:
         "logs/preflight.log",
     localrule: True
+    conda:
+        "../../envs/analysis.yaml"
     shell:
         "specrepro preflight --run-config {input.config} --cache-dir {params.cache:q} {params.apptainer} {params.slurm}"
         " {params.image} --downloaded {params.downloaded} --token-file {params.token_file:q} -o {output} 2> {log}"
