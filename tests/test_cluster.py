@@ -58,7 +58,6 @@ def test_submission_of_an_8b_and_a_70b_job(paper):
     c8, c70 = sbatch("engine_bench", r8), sbatch("engine_bench", r70)
     assert " --gpus=1" in c8 and " -t 150 " in c8 and " --mem 64000" in c8 and "--cpus-per-gpu=8" in c8
     assert " --gpus=4" in c70 and " -t 240 " in c70 and " --mem 256000" in c70 and "--cpus-per-gpu=8" in c70
-    assert "--ntasks" not in c70  # GPU jobs leave the task geometry to the cluster
 
 
 def test_gpu_model_from_config(paper):
