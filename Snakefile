@@ -4,7 +4,8 @@
 #   snakemake --profile profiles/cpu               the small CPU run (config/cpu.yaml)
 #   snakemake figures/<one figure>.pdf             one figure and what it depends on
 #
-# Stages, one file each under workflow/rules/: common (config), traces, acceptance, report.
+# Stages, one file each under workflow/rules/: common (config), containers (images, preflight),
+# inputs (models, datasets, manifest), traces, acceptance, report.
 
 from snakemake.utils import min_version
 
@@ -12,6 +13,8 @@ min_version("9.0")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/containers.smk"
+include: "workflow/rules/inputs.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/report.smk"

@@ -118,7 +118,7 @@ def _report(sub) -> None:
     p.add_argument("--run-config", required=True)
     p.add_argument("--claims", required=True)
     p.add_argument("--figures", nargs="*", default=[])
-    p.add_argument("--inputs", nargs="*", default=[], help="input provenance records (JSON)")
+    p.add_argument("--manifest", help="every input with its revision and checksum (results/manifest.json)")
     p.add_argument("--templates", required=True)
     p.add_argument("--tex", required=True)
     p.add_argument("--pdf", required=True)
@@ -127,7 +127,7 @@ def _report(sub) -> None:
     def run(a):
         from .report import build_report
 
-        build_report(a.run_config, a.claims, a.figures, a.inputs, a.templates, a.tex, a.pdf, a.repo)
+        build_report(a.run_config, a.claims, a.figures, a.manifest, a.templates, a.tex, a.pdf, a.repo)
 
     p.set_defaults(func=run)
 
@@ -166,7 +166,120 @@ def _write_json(sub) -> None:
     p.set_defaults(func=run)
 
 
-VERBS = (_write_json, _fetch_trace, _trace_tables, _figure, _claims, _report, _check_config)
+def _preflight(sub) -> None:
+    p = sub.add_parser("preflight", help="check GPUs, memory, disk, apptainer and token against the configured models")
+    p.add_argument("--run-config", required=True)
+    p.add_argument("--cache-dir", required=True, help="where downloads go (its free space is checked)")
+    p.add_argument("--uses-apptainer", action="store_true", help="the workflow runs with --use-apptainer")
+    p.add_argument("--slurm", action="store_true", help="jobs go to SLURM: count GPUs per node with sinfo")
+    p.add_argument("--image-missing", action="store_true", help="the engine image still has to be built")
+    p.add_argument("--downloaded", nargs="*", default=[], help="model inputs already downloaded")
+    p.add_argument("--token-file", help="a saved Hugging Face token counts as a token")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import os
+
+        from . import preflight as pf
+        from .io import read_json, write_json
+
+        cfg = read_json(a.run_config)
+        env = dict(os.environ)
+        obs = pf.observe(a.cache_dir, slurm=a.slurm, env=env)
+        if not obs.hf_token and a.token_file and Path(a.token_file).is_file():
+            obs.hf_token = True
+        need = pf.needs(cfg, a.downloaded)
+        found = pf.problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, image_built=not a.image_missing)
+        for line in found:
+            print(f"preflight: {line}", file=sys.stderr)
+        if found:
+            raise SpecReproError(f"{len(found)} problem(s) above; fix them or skip the check with --config preflight=false")
+        write_json(a.output, pf.report(obs, need, found))
+        print(f"preflight: ok ({len(obs.gpus)} GPU(s), {len(need)} model(s))", file=sys.stderr)
+
+    p.set_defaults(func=run)
+
+
+def _hf_token(token_file: str | None) -> str | None:
+    import os
+
+    tok = os.environ.get("HF_TOKEN")
+    if not tok and token_file and Path(token_file).is_file():
+        tok = Path(token_file).read_text().strip() or None
+    return tok
+
+
+def _fetch_model(sub) -> None:
+    p = sub.add_parser("fetch-model", help="download a model at its pinned revision and write its manifest")
+    p.add_argument("--name", required=True)
+    p.add_argument("--repo", required=True)
+    p.add_argument("--revision", help="commit SHA (default: resolve main and record it)")
+    p.add_argument("--gated", action="store_true", help="the repository needs an accepted licence and a token")
+    p.add_argument("--cache-dir", required=True, help="Hugging Face hub cache (HF_HOME/hub)")
+    p.add_argument("--offline", action="store_true", help="use the cache only, never the network")
+    p.add_argument("--token-file", default=None, help="read the token here when HF_TOKEN is unset")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import os
+
+        from .hub import fetch_model
+
+        if a.offline:
+            os.environ["HF_HUB_OFFLINE"] = "1"  # nothing below may touch the network
+        hf = {"repo": a.repo, "revision": a.revision, "gated": a.gated}
+        m = fetch_model(a.name, hf, a.cache_dir, a.output, offline=a.offline,
+                        token=_hf_token(a.token_file or os.environ.get("HF_TOKEN_PATH")))
+        print(f"{a.name}: {a.repo}@{m['revision']}, {len(m['files'])} files, {m['bytes']} bytes", file=sys.stderr)
+
+    p.set_defaults(func=run)
+
+
+def _fetch_dataset(sub) -> None:
+    p = sub.add_parser("fetch-dataset", help="obtain a dataset (Hub revision or prompts file) and write its manifest")
+    p.add_argument("--name", required=True)
+    p.add_argument("--source", required=True, help="the config's datasets.<name>.source (JSON)")
+    p.add_argument("--sampling", default="{}", help="split/seed/sample count recorded in the manifest (JSON)")
+    p.add_argument("--cache-dir", required=True)
+    p.add_argument("--offline", action="store_true")
+    p.add_argument("--repo", default=".", help="repository root (prompts files are relative to it)")
+    p.add_argument("--token-file", default=None)
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import json
+        import os
+
+        from .hub import fetch_dataset
+
+        if a.offline:
+            os.environ["HF_HUB_OFFLINE"] = "1"
+        m = fetch_dataset(a.name, json.loads(a.source), a.cache_dir, a.output, offline=a.offline,
+                          token=_hf_token(a.token_file or os.environ.get("HF_TOKEN_PATH")), repo_root=a.repo,
+                          sampling=json.loads(a.sampling))
+        print(f"{a.name}: {m['source']} {m.get('repo') or m['path']}@{m.get('revision')}", file=sys.stderr)
+
+    p.set_defaults(func=run)
+
+
+def _manifest(sub) -> None:
+    p = sub.add_parser("manifest", help="collect every input record into one manifest (results/manifest.json)")
+    p.add_argument("records", nargs="*")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        from .hub import run_manifest
+        from .io import write_json
+
+        write_json(a.output, run_manifest(a.records))
+
+    p.set_defaults(func=run)
+
+
+VERBS = (
+    _write_json, _fetch_trace, _trace_tables, _figure, _claims, _report, _check_config,
+    _preflight, _fetch_model, _fetch_dataset, _manifest,
+)
 
 
 def parser() -> argparse.ArgumentParser:

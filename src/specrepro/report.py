@@ -145,7 +145,7 @@ def build_report(
     run_config_path: str | Path,
     claims_csv: str | Path,
     figure_paths: Sequence[str | Path],
-    input_records: Sequence[str | Path],
+    manifest: str | Path | None,
     template_dir: str | Path,
     tex_out: str | Path,
     pdf_out: str | Path,
@@ -158,7 +158,7 @@ def build_report(
     tex_out.parent.mkdir(parents=True, exist_ok=True)
     claims = pd.read_csv(claims_csv, keep_default_na=False, na_values=[""])
     items = build_items(figure_paths, run_config, tex_out.parent)
-    inputs = [read_json(p) for p in input_records]
+    inputs = read_json(manifest)["inputs"] if manifest else []
     text = render(template_dir, run_config, prov.collect(repo), claims, items, inputs)
     write_text(tex_out, text)
     pdf = latexmk(tex_out)

