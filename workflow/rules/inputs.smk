@@ -43,7 +43,7 @@ rule dataset_input:
         ),
         offline="--offline" if OFFLINE else "",
         cache=HF_HUB_CACHE,
-        repo=str(REPO),
+        repo=lambda wc: str(REPO),
     log:
         "logs/dataset_input/{dataset}.log",
     conda:
