@@ -276,9 +276,107 @@ def _manifest(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _ngram_trace(sub) -> None:
+    p = sub.add_parser(
+        "ngram-trace", help="recompute acc_ngram from tokens with vLLM's n-gram proposer rule (JSONL in, JSONL out)"
+    )
+    p.add_argument("input", help="trace file (released format; acc_* fields optional)")
+    p.add_argument("-o", "--output", required=True, help="the input records with acc_ngram.acc_len recomputed")
+    p.add_argument("--min-n", type=int, default=3, help="prompt_lookup_min (default 3)")
+    p.add_argument("--max-n", type=int, default=7, help="prompt_lookup_max (default 7)")
+    p.add_argument("--k", type=int, default=20, help="tokens proposed at most (default 20, as in the traces)")
+    p.add_argument("--dataset", default="", help="name recorded in --stats")
+    p.add_argument("--stats", help="write agreement with the input's acc_ngram (JSON)")
+
+    def run(a):
+        from .io import write_json
+        from .ngram import NgramParams, agreement_stats, ngram_acc_lens, read_token_trace, write_ngram_trace
+
+        params = NgramParams(a.min_n, a.max_n, a.k)
+        objs, records = read_token_trace(a.input)
+        acc = ngram_acc_lens(records, params)
+        write_ngram_trace(objs, acc, a.output)
+        stats = agreement_stats(records, acc, a.dataset)
+        stats.update(min_n=params.min_n, max_n=params.max_n, k=params.k)
+        if a.stats:
+            write_json(a.stats, stats)
+        if "agreement" in stats:
+            print(
+                f"{a.output}: {stats['positions']} positions; agreement with the input's acc_ngram "
+                f"{100 * stats['agreement']:.3f}% overall, {100 * stats['agreement_fitting']:.4f}% where it fits",
+                file=sys.stderr,
+            )
+
+    p.set_defaults(func=run)
+
+
+def _simulate(sub) -> None:
+    from .simulator import BATCHING, COMBINE_COSTS, PAIRING, POLICIES, PROPOSERS
+
+    p = sub.add_parser("simulate", help="simulated SD speedup from acceptance traces and a cost model (CSV)")
+    p.add_argument("--trace", required=True, help="trace file with acc_ngram and acc_eagle")
+    p.add_argument("--dataset", required=True, help="dataset name (sets the n-gram match probability)")
+    p.add_argument("--proposer", nargs="+", required=True, choices=PROPOSERS,
+                   help="one or more; with several, pairs a proposer does not take are skipped")
+    p.add_argument("--policy", nargs="+", required=True, choices=POLICIES,
+                   help="fixed-k (k drafts per step), oracle (verify exactly the accepted tokens), adaptive "
+                        "(online choice of proposer and k; with --proposer combined)")
+    p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 16, 32, 64, 128])
+    p.add_argument("--cost-model", default="llama3.1-8b-h100", help="built-in name or a YAML file")
+    p.add_argument("--ngram-match-prob", type=float,
+                   help="chance that n-gram finds a match where its trace says 1 token (needed for n-gram "
+                        "fixed-k on datasets other than sharegpt, cnn, gsm8k, instructcoder)")
+    p.add_argument("--num-requests", type=int, default=300, help="requests drawn (default 300, the paper's)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--combine-cost", choices=COMBINE_COSTS, default="ngram",
+                   help="drafting charged to Oracle Combine: ngram (the paper's), winner, both")
+    p.add_argument("--batching", choices=BATCHING, default="replicate",
+                   help="replicate: B copies of one request (the paper's); continuous: B different requests")
+    p.add_argument("--pairing", choices=PAIRING, default="index",
+                   help="index: all requests (the paper's); equal-length: only requests whose two traces have "
+                        "the output's length")
+    p.add_argument("--reference", action="store_true", help="use the slow per-copy reference simulator")
+    p.add_argument("--per-batch", help="also write one row per batch (replicate batching only)")
+    p.add_argument("--output", "-o", required=True, help="summary CSV: one row per proposer x policy x batch size")
+
+    def run(a):
+        from .costmodel import load_cost_model
+        from .io import write_csv
+        from .simulator import simulate_trace_file
+
+        cost = load_cost_model(a.cost_model)
+        result = simulate_trace_file(
+            a.trace, a.dataset, a.proposer, a.policy, a.batch_sizes, cost, a.ngram_match_prob,
+            reference=a.reference, num_requests=a.num_requests, seed=a.seed, combine_cost=a.combine_cost,
+            batching=a.batching, pairing=a.pairing,
+        )
+        write_csv(a.output, result.summary, float_format="%.10g")
+        if a.per_batch:
+            write_csv(a.per_batch, result.batches, float_format="%.10g")
+
+    p.set_defaults(func=run)
+
+
+def _sim_metrics(sub) -> None:
+    p = sub.add_parser("sim-metrics", help="simulator summaries -> metrics JSON for the claims table")
+    p.add_argument("--traceset", required=True)
+    p.add_argument("--inputs", nargs="+", required=True, help="summary CSVs of specrepro simulate")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import pandas as pd
+
+        from .io import write_json
+        from .simulator import metrics_from_summaries
+
+        write_json(a.output, metrics_from_summaries(a.traceset, [pd.read_csv(f) for f in a.inputs]))
+
+    p.set_defaults(func=run)
+
+
 VERBS = (
-    _write_json, _fetch_trace, _trace_tables, _figure, _claims, _report, _check_config,
-    _preflight, _fetch_model, _fetch_dataset, _manifest,
+    _write_json, _fetch_trace, _trace_tables, _ngram_trace, _simulate, _sim_metrics, _figure, _claims, _report,
+    _check_config, _preflight, _fetch_model, _fetch_dataset, _manifest,
 )
 
 
