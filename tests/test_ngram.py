@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,8 @@ import pytest
 from specrepro.ngram import NgramParams, agreement, ngram_acc_lens, read_token_trace
 from specrepro.traces import TraceRecord, read_trace
 
-REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "traces" / "llama3.1-8B-H100"
+from conftest import REPO, SHARED_TRACES as TRACES
+
 DATASETS = ("cnn", "gsm8k", "instructcoder", "sharegpt")
 
 

@@ -6,7 +6,6 @@ import json
 import random
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +18,8 @@ from specrepro.simulator import (
 )
 from specrepro.traces import TraceRecord, read_trace
 
-REPO = Path(__file__).resolve().parents[1]
-TRACES = REPO.parent / "shared" / "traces" / "llama3.1-8B-H100"
+from conftest import REPO, SHARED_TRACES as TRACES
+
 DATASETS = ("instructcoder", "sharegpt", "gsm8k", "cnn")
 needs_traces = pytest.mark.skipif(not TRACES.exists(), reason=f"released traces not found at {TRACES}")
 

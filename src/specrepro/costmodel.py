@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import yaml
 
 from .io import SpecReproError

@@ -26,9 +26,11 @@ stream that follows the sample (numpy's ``RandomState`` continues Python's state
 
 Beyond the paper: ``combine_cost`` (``winner``: the winning proposer's drafting
 cost, ``both``: both proposers draft every step), ``batching="continuous"`` (B
-different requests in flight, a finished one replaced by the next), ``pairing=
-"equal-length"`` (only requests whose two traces have the output's length) and the
-online ``adaptive`` policy (see :class:`AdaptiveParams`).
+different requests in flight, a finished one replaced by the next; throughput while
+all B slots are busy), ``pairing="equal-length"`` (only requests whose two traces
+have the output's length) and the online ``adaptive`` policy (see
+:class:`AdaptiveParams`; it prices steps at the batch size, so its path is walked
+once per batch size).
 
 :func:`simulate_reference` is a plain per-copy, per-step simulation of the same
 model, kept as the test oracle for :func:`simulate`.
@@ -123,20 +125,45 @@ class Workload:
 class AdaptiveParams:
     """The online adaptive policy (proposer ``combined``, policy ``adaptive``).
 
-    It sees only the past. It starts on EAGLE; the cheap n-gram lookup runs every
-    step, and after the step its proposal is compared with the tokens the step
-    produced. It switches to n-gram when that proposal agreed with all of them
-    (``acc_ngram > produced``), and back to EAGLE when an n-gram step accepts no
-    draft token. EAGLE's k moves by +1 after a fully accepted draft and -1 after a
-    fully rejected one, within [1, eagle_k_max]; n-gram's k starts at ngram_k_start,
-    doubles after a fully accepted draft (up to ngram_k_max) and otherwise becomes
-    the number of accepted drafts + 1. An n-gram step is charged as matched.
+    It sees only the past. For each proposer it keeps decayed counts of accepted (S) and
+    rejected (F) draft tokens and estimates the per-token acceptance
+    ``alpha = (S + w * prior) / (S + F + w)``. Each step it picks the proposer and k
+    (1..k_max) that maximise the expected tokens ``(1 - alpha^(k+1)) / (1 - alpha)`` per unit
+    of step time under the cost model, at the batch size and cache size of that step. The
+    cheap n-gram lookup runs every step (and is charged): after the step its proposal is
+    compared with the tokens the step produced, so n-gram is observed even while EAGLE
+    drafts; EAGLE is observed only when it drafts. An n-gram step is charged as matched.
     """
 
-    eagle_k_start: int = 3
-    eagle_k_max: int = 5
-    ngram_k_start: int = 4
-    ngram_k_max: int = 16
+    decay: float = 0.7
+    prior_weight: float = 2.0
+    eagle_prior: float = 0.7
+    ngram_prior: float = 0.3
+    eagle_k_max: int = 7
+    ngram_k_max: int = 20
+
+
+def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndarray, s_ng: np.ndarray,
+                    f_ng: np.ndarray, s_ea: np.ndarray, f_ea: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(use n-gram, k) per request: the choice with the most expected tokens per second."""
+    w = params.prior_weight
+
+    def best(s, f, prior, k_max, eagle):
+        alpha = np.clip((s + w * prior) / (s + f + w), 0.0, 0.999)[:, None]
+        k = np.arange(1, k_max + 1)[None, :]
+        tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
+        t = cost.target(kv[:, None], B * (k + 1))
+        tau = t + cost.overhead + cost.ngram_draft(t)  # the n-gram lookup runs every step
+        if eagle:
+            tau = tau + cost.eagle_draft(kv[:, None], k + 1)
+        rate = tokens / tau
+        j = np.argmax(rate, axis=1)
+        return rate[np.arange(rate.shape[0]), j], j + 1
+
+    r_ng, k_ng = best(s_ng, f_ng, params.ngram_prior, params.ngram_k_max, False)
+    r_ea, k_ea = best(s_ea, f_ea, params.eagle_prior, params.eagle_k_max, True)
+    use_ng = r_ng >= r_ea
+    return use_ng, np.where(use_ng, k_ng, k_ea)
 
 
 @dataclass(frozen=True)
@@ -326,43 +353,27 @@ def _exclusive_cumsum_by(group: np.ndarray, x: np.ndarray) -> np.ndarray:
     return total_before - base
 
 
-def _adaptive_steps(params: AdaptiveParams, ng, ea) -> Steps:
+def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
     """Run the adaptive policy for all requests at once (one array slot per request)."""
     fng, off = _flat(ng)
     fea, _ = _flat(ea)
     R = len(ng)
     L = np.diff(off)
     gen = np.ones(R, dtype=np.int64)
-    use_ng = np.zeros(R, dtype=bool)
-    k_e = np.full(R, params.eagle_k_start, dtype=np.int64)
-    k_n = np.full(R, params.ngram_k_start, dtype=np.int64)
+    s_ng, f_ng, s_ea, f_ea = (np.zeros(R) for _ in range(4))
     cols = {k: [] for k in ("request", "gen", "input_len", "produced", "ngram")}
     active = np.flatnonzero(gen < L)
     while active.size:
         i = off[active] + gen[active] - 1
         a_ng, a_ea = fng[i], fea[i]
-        ngm = use_ng[active]
-        k = np.where(ngm, k_n[active], k_e[active])
+        kv = (B * (P[active] + gen[active])).astype(np.float64)
+        ngm, k = adaptive_choice(params, cost, B, kv, s_ng[active], f_ng[active], s_ea[active], f_ea[active])
         inp = k + 1
         produced = np.minimum(np.where(ngm, a_ng, a_ea), inp)
         for key, val in zip(cols, (active, gen[active], inp, produced, ngm)):
             cols[key].append(val)
-        full = produced == inp
-        # EAGLE k: +1 after a fully accepted draft, -1 after a fully rejected one
-        ke = k_e[active]
-        ke = np.where(~ngm & full, np.minimum(ke + 1, params.eagle_k_max), ke)
-        ke = np.where(~ngm & (produced == 1), np.maximum(ke - 1, 1), ke)
-        # n-gram k: double after full acceptance, else accepted drafts + 1
-        kn = k_n[active]
-        kn = np.where(ngm & full, np.minimum(2 * kn, params.ngram_k_max), kn)
-        kn = np.where(ngm & ~full, np.maximum(produced, 1), kn)
-        # switches: n-gram -> EAGLE when it accepted nothing; EAGLE -> n-gram when the n-gram
-        # proposal agreed with every token the step produced
-        to_ea = ngm & (produced == 1)
-        to_ng = ~ngm & (a_ng > produced)
-        kn = np.where(to_ng, params.ngram_k_start, kn)
-        k_e[active], k_n[active] = ke, kn
-        use_ng[active] = (ngm & ~to_ea) | to_ng
+        s_ng[active], f_ng[active], s_ea[active], f_ea[active] = _observe(
+            params, ngm, k, produced, a_ng, s_ng[active], f_ng[active], s_ea[active], f_ea[active])
         gen[active] += produced
         active = active[gen[active] < L[active]]
     if not cols["request"]:
@@ -377,9 +388,26 @@ def _adaptive_steps(params: AdaptiveParams, ng, ea) -> Steps:
                  np.zeros(c["request"].size, dtype=bool))
 
 
-def decode_steps(spec: SimSpec, acc, ng, ea) -> Steps:
+def _observe(params: AdaptiveParams, used_ng, k, produced, acc_ng, s_ng, f_ng, s_ea, f_ea):
+    """Decayed accepted/rejected counts after a step (array or scalar arguments alike)."""
+    d = produced - 1  # draft tokens accepted
+    rejected = (d < k).astype(np.float64) if isinstance(d, np.ndarray) else float(d < k)
+    s_ng, f_ng, s_ea, f_ea = (x * params.decay for x in (s_ng, f_ng, s_ea, f_ea))
+    # the n-gram proposal checked against the `produced` tokens now known: a mismatch, or all of them agree
+    m = acc_ng - 1
+    seen_s = np.where(m < produced, m, produced) if isinstance(m, np.ndarray) else (m if m < produced else produced)
+    seen_f = (m < produced).astype(np.float64) if isinstance(m, np.ndarray) else float(m < produced)
+    s_ng = s_ng + np.where(used_ng, d, seen_s)
+    f_ng = f_ng + np.where(used_ng, rejected, seen_f)
+    s_ea = s_ea + np.where(used_ng, 0, d)
+    f_ea = f_ea + np.where(used_ng, 0.0, rejected)
+    return s_ng, f_ng, s_ea, f_ea
+
+
+def decode_steps(spec: SimSpec, acc, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
+    """The decode steps of every request; only the adaptive policy's depend on ``B`` and the cost."""
     if spec.policy == "adaptive":
-        return _adaptive_steps(spec.adaptive, ng, ea)
+        return _adaptive_steps(spec.adaptive, ng, ea, P, B, cost)
     return _fixed_or_oracle_steps(spec, acc, ng, ea)
 
 
@@ -437,9 +465,15 @@ def _schedule(n_steps: np.ndarray, B: int) -> np.ndarray:
     return start
 
 
-def _continuous_time(spec: SimSpec, steps: Steps, P: np.ndarray, B: int, cost: CostModel,
-                     matched: np.ndarray | None) -> float:
-    """Total time of serving all requests with ``B`` slots (continuous batching)."""
+def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, cost: CostModel,
+                           matched: np.ndarray | None) -> float:
+    """Steady-state throughput of serving the requests with ``B`` slots (continuous batching).
+
+    Measured from the first step to the step that admits the last queued request, while all
+    ``B`` slots are busy: the drain after it (fewer requests in flight, a tail set by the
+    longest request) is not what a loaded server sees. With ``B`` >= the number of requests
+    there is no such phase and the whole run counts.
+    """
     R = P.size
     n_steps = np.bincount(steps.request, minlength=R)
     start = _schedule(n_steps, B)
@@ -461,7 +495,12 @@ def _continuous_time(spec: SimSpec, steps: Steps, P: np.ndarray, B: int, cost: C
     sel = steps.eagle_w > 0
     np.maximum.at(ea_in, g[sel], inp[sel])
     eagle = np.where(ea_in > 0, cost.eagle_draft(kv, ea_in), 0.0)
-    return float(np.sum(T + cost.overhead + any_ng * cost.ngram_draft(T) + eagle))
+    step_time = T + cost.overhead + any_ng * cost.ngram_draft(T) + eagle
+    end = int(start.max()) if B < R else n_global - 1
+    # tokens: one per prefill, then each decode step's tokens up to the request's end
+    real = np.minimum(steps.produced, L[steps.request] - steps.gen).astype(np.float64)
+    tokens = np.count_nonzero(start <= end) + real[g <= end].sum()
+    return float(tokens / step_time[: end + 1].sum())
 
 
 def _baseline_steps(L: np.ndarray) -> Steps:
@@ -507,12 +546,13 @@ def simulate(workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost
     acc, ng, ea = request_traces(workload, spec.proposer, idx)
     P = workload.prompt_len[idx]
     L = workload.lengths(spec.proposer)[idx]
-    steps = decode_steps(spec, acc, ng, ea)
+    fixed_steps = None if spec.policy == "adaptive" else decode_steps(spec, acc, ng, ea, P, 1, cost)
     rows, batch_rows = [], []
     if spec.batching == "replicate":
-        n_random = int(steps.random.sum())
+        n_random = 0 if fixed_steps is None else int(fixed_steps.random.sum())
         uniforms = _numpy_stream(rng).random_sample(max(batch_sizes) * n_random) if n_random else None
         for B in batch_sizes:
+            steps = fixed_steps if fixed_steps is not None else decode_steps(spec, acc, ng, ea, P, B, cost)
             sd, base = _replicate(spec, steps, P, L, B, cost, uniforms)
             tokens = B * L.astype(np.float64)
             sd_tpt, base_tpt = tokens / sd, tokens / base
@@ -524,13 +564,13 @@ def simulate(workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost
                 "sd_throughput": sd_tpt,
             }))
     else:
-        matched = continuous_matches(spec, steps)
         base_steps = _baseline_steps(L)
-        tokens = float(L.sum())
         for B in batch_sizes:
-            t_sd = _continuous_time(spec, steps, P, B, cost, matched)
-            t_base = _continuous_time(spec, base_steps, P, B, cost, None)
-            rows.append(_summary_row(workload, spec, B, idx.size, tokens / t_base, tokens / t_sd))
+            steps = fixed_steps if fixed_steps is not None else decode_steps(spec, acc, ng, ea, P, B, cost)
+            matched = continuous_matches(spec, steps)
+            sd_tpt = _continuous_throughput(steps, P, L, B, cost, matched)
+            base_tpt = _continuous_throughput(base_steps, P, L, B, cost, None)
+            rows.append(_summary_row(workload, spec, B, idx.size, base_tpt, sd_tpt))
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     batches = pd.concat(batch_rows, ignore_index=True) if batch_rows else pd.DataFrame()
     return SimResult(summary, batches)
@@ -601,17 +641,16 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
     kv += B * P + B
     latency = [prefill + cost.overhead] * B
     gen = [1] * B
-    ad = spec.adaptive
+    counts = [[0.0, 0.0, 0.0, 0.0] for _ in range(B)]  # adaptive: S, F of n-gram, then of EAGLE
     mode_ng = [False] * B
-    k_e = [ad.eagle_k_start] * B
-    k_n = [ad.ngram_k_start] * B
     unfinished = list(range(B))
     while unfinished:
         inputs = {}
         for c in unfinished:
             pos = gen[c] - 1
             if spec.policy == "adaptive":
-                inputs[c] = (k_n[c] if mode_ng[c] else k_e[c]) + 1
+                mode_ng[c], k = _reference_choice(spec.adaptive, cost, B, kv, counts[c])
+                inputs[c] = k + 1
             elif spec.policy == "oracle":
                 inputs[c] = int(acc[pos])
             else:
@@ -641,7 +680,7 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
                     draft = ngram_cost + eagle_cost
             latency[c] += t + draft + cost.overhead
             if spec.policy == "adaptive":
-                _reference_adapt(ad, c, mode_ng, k_e, k_n, got, n_in, int(ng[pos]))
+                counts[c] = _reference_observe(spec.adaptive, mode_ng[c], n_in - 1, got, int(ng[pos]), counts[c])
             gen[c] += got
             kv += got
             if gen[c] >= L:
@@ -652,29 +691,29 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
     return latency
 
 
-def _reference_adapt(ad: AdaptiveParams, c, mode_ng, k_e, k_n, got, n_in, acc_ng) -> None:
-    if mode_ng[c]:
-        if got == n_in:
-            k_n[c] = min(2 * k_n[c], ad.ngram_k_max)
-        else:
-            k_n[c] = max(got, 1)
-        if got == 1:
-            mode_ng[c] = False
-    else:
-        if got == n_in:
-            k_e[c] = min(k_e[c] + 1, ad.eagle_k_max)
-        elif got == 1:
-            k_e[c] = max(k_e[c] - 1, 1)
-        if acc_ng > got:
-            mode_ng[c] = True
-            k_n[c] = ad.ngram_k_start
+def _reference_choice(ad: AdaptiveParams, cost: CostModel, B: int, kv: float, counts) -> tuple[bool, int]:
+    """The adaptive policy's choice for one copy (the policy itself is shared with the fast version)."""
+    one = lambda x: np.array([float(x)])  # noqa: E731
+    use_ng, k = adaptive_choice(ad, cost, B, one(kv), *(one(x) for x in counts))
+    return bool(use_ng[0]), int(k[0])
+
+
+def _reference_observe(ad: AdaptiveParams, used_ng: bool, k: int, got: int, acc_ng: int, counts) -> list[float]:
+    """Decay the counts, then add what the step showed (see :class:`AdaptiveParams`)."""
+    s_ng, f_ng, s_ea, f_ea = (x * ad.decay for x in counts)
+    drafts_ok = got - 1
+    if used_ng:
+        return [s_ng + drafts_ok, f_ng + float(drafts_ok < k), s_ea, f_ea]
+    matched = acc_ng - 1  # the n-gram proposal against the `got` tokens now known
+    s_ng, f_ng = (s_ng + matched, f_ng + 1.0) if matched < got else (s_ng + got, f_ng + 0.0)
+    return [s_ng, f_ng, s_ea + drafts_ok, f_ea + float(drafts_ok < k)]
 
 
 def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> dict:
-    """Continuous batching, step by step: admit in order into free slots, run, retire."""
+    """Continuous batching, step by step: admit in order into free slots, run, retire; throughput
+    counted up to the step that admits the last request (the whole run if all fit at once)."""
     R = idx.size
-    # the same match draws as the fast version: one per n-gram fixed-k step at acc_len == 1, in
-    # request order then time order
+    # the same match draws as the fast version: one per decode step, in request order then time order
     order_counter = _reference_step_rows(spec, acc, L)
     u = np.random.default_rng(spec.seed).random(len(order_counter)) if spec.random_ngram else None
 
@@ -683,13 +722,14 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
         active: list[int] = []
         gen = [0] * R
         step_no = [0] * R
-        ad = spec.adaptive
-        mode_ng, k_e, k_n = [False] * R, [ad.eagle_k_start] * R, [ad.ngram_k_start] * R
-        total = 0.0
+        counts = [[0.0, 0.0, 0.0, 0.0] for _ in range(R)]
+        time = tokens = 0.0
+        window_open = True
         while queue or active:
             admitted = []
             while queue and len(active) + len(admitted) < B:
                 admitted.append(queue.pop(0))
+            last_admission = bool(admitted) and not queue and B < R
             kv = sum(P[i] + gen[i] for i in active)
             n_tok = sum(P[i] for i in admitted)
             plan = {}
@@ -699,9 +739,10 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                     plan[i] = (1, 1, False, False)
                     continue
                 if spec.policy == "adaptive":
-                    n_in = (k_n[i] if mode_ng[i] else k_e[i]) + 1
-                    got = min(int(ng[i][pos] if mode_ng[i] else ea[i][pos]), n_in)
-                    plan[i] = (n_in, got, True, not mode_ng[i])
+                    # the policy prices a step as if the batch were B copies of this request
+                    use_ng, k = _reference_choice(spec.adaptive, cost, B, B * (P[i] + gen[i]), counts[i])
+                    got = min(int(ng[i][pos] if use_ng else ea[i][pos]), k + 1)
+                    plan[i] = (k + 1, got, True, not use_ng, use_ng)
                     continue
                 n_in = int(acc[i][pos]) if spec.policy == "oracle" else spec.k + 1
                 uses_ng = spec.proposer == "ngram" or (spec.proposer == "combined" and spec.combine_cost != "winner")
@@ -710,8 +751,7 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                     uses_ng = ng[i][pos] >= ea[i][pos]
                     uses_ea = not uses_ng
                 if spec.random_ngram and acc[i][pos] == 1:
-                    row = order_counter[(i, step_no[i])]
-                    if not u[row] < spec.ngram_match_prob:
+                    if not u[order_counter[(i, step_no[i])]] < spec.ngram_match_prob:
                         n_in = 1
                 if spec.proposer == "ngram" and n_in == 1:
                     uses_ng = False
@@ -724,12 +764,14 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
             ea_inputs = [p[0] for p in plan.values() if p[3]]
             if ea_inputs:
                 step += cost.eagle_draft(kv, max(ea_inputs))
-            total += step
+            produced = len(admitted)
             still = []
             for i in active:
-                n_in, got, _, _ = plan[i]
+                n_in, got = plan[i][0], plan[i][1]
+                produced += min(got, L[i] - gen[i])
                 if sd and spec.policy == "adaptive":
-                    _reference_adapt(ad, i, mode_ng, k_e, k_n, got, n_in, int(ng[i][gen[i] - 1]))
+                    counts[i] = _reference_observe(spec.adaptive, plan[i][4], n_in - 1, got, int(ng[i][gen[i] - 1]),
+                                                   counts[i])
                 gen[i] += got
                 step_no[i] += 1
                 if gen[i] < L[i]:
@@ -739,14 +781,19 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                 if gen[i] < L[i]:
                     still.append(i)
             active = still
-        return total
+            if window_open:
+                time += step
+                tokens += produced
+            if last_admission:
+                window_open = False
+        return tokens / time
 
-    tokens = float(sum(L))
-    return _summary_row(workload, spec, B, R, tokens / run(False), tokens / run(True))
+    return _summary_row(workload, spec, B, R, run(False), run(True))
 
 
 def _reference_step_rows(spec, acc, L) -> dict:
-    """(request, step number) -> row index in the fast version's step table (request, then time)."""
+    """(request, step number) -> row of the fast version's step table (request, then time), for the
+    n-gram fixed-k match draws of continuous batching."""
     if not spec.random_ngram:
         return {}
     out, row = {}, 0
@@ -758,8 +805,6 @@ def _reference_step_rows(spec, acc, L) -> dict:
             g += min(int(a[g - 1]), spec.k + 1)
             s += 1
     return out
-
-
 
 
 # --- entry points -------------------------------------------------------------------------------
