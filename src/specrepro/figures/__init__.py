@@ -17,6 +17,13 @@ MODULES = (
     "acceptance_diff",
     "request_span",
     "acceptance_table",
+    "sim_ngram_table",
+    "sim_fig10",
+    "sim_fig12",
+    "sim_oracle_gap",
+    "sim_fig09",
+    "sim_beyond_table",
+    "sim_beyond_figure",
 )
 
 

@@ -1,0 +1,68 @@
+"""The beyond-the-paper comparison shared by its table and its figure."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ._sim import series
+
+#: (row key, label, how to get it); a getter returns a Series speedup by batch size or None
+ROWS = (
+    ("combine", "Oracle Combine (paper: n-gram drafting cost)"),
+    ("combine_winner", "  drafting cost of the winning proposer"),
+    ("combine_both", "  both proposers draft every step"),
+    ("combine_equal", "  only requests whose two traces have equal length"),
+    ("oracle_equal", "Best single oracle, same equal-length requests"),
+    ("oracle_best", "Best single oracle (paper)"),
+    ("adaptive", "Adaptive policy (online, past only)"),
+    ("fixed_best", "Best fixed k, either proposer (paper)"),
+    ("cont_combine", "Continuous batching: Oracle Combine"),
+    ("cont_adaptive", "Continuous batching: adaptive policy"),
+    ("cont_eagle3", "Continuous batching: EAGLE k=3"),
+    ("cont_ngram3", "Continuous batching: n-gram k=3"),
+    ("rep_eagle3", "B copies (paper): EAGLE k=3"),
+)
+
+
+def _s(df, ds, prop, pol, **modes):
+    s = series(df, ds, prop, pol, **modes)
+    return None if s.empty else s.set_index("batch_size")["speedup"]
+
+
+def _max(*xs):
+    xs = [x for x in xs if x is not None]
+    return pd.concat(xs, axis=1).max(axis=1) if xs else None
+
+
+def comparison(df: pd.DataFrame, datasets) -> pd.DataFrame:
+    """Tidy rows: dataset, row, label, batch_size, speedup, requests (where one run defines it)."""
+    out = []
+    for ds in datasets:
+        get = {
+            "combine": _s(df, ds, "combined", "oracle"),
+            "combine_winner": _s(df, ds, "combined", "oracle", combine_cost="winner"),
+            "combine_both": _s(df, ds, "combined", "oracle", combine_cost="both"),
+            "combine_equal": _s(df, ds, "combined", "oracle", pairing="equal-length"),
+            "oracle_equal": _max(_s(df, ds, "ngram", "oracle", pairing="equal-length"),
+                                 _s(df, ds, "eagle", "oracle", pairing="equal-length")),
+            "oracle_best": _max(_s(df, ds, "ngram", "oracle"), _s(df, ds, "eagle", "oracle")),
+            "adaptive": _s(df, ds, "combined", "adaptive"),
+            "fixed_best": _max(*[_s(df, ds, p, f"fixed-{k}") for p in ("ngram", "eagle") for k in (1, 3, 5)]),
+            "cont_combine": _s(df, ds, "combined", "oracle", batching="continuous"),
+            "cont_adaptive": _s(df, ds, "combined", "adaptive", batching="continuous"),
+            "cont_eagle3": _s(df, ds, "eagle", "fixed-3", batching="continuous"),
+            "cont_ngram3": _s(df, ds, "ngram", "fixed-3", batching="continuous"),
+            "rep_eagle3": _s(df, ds, "eagle", "fixed-3"),
+        }
+        eq = series(df, ds, "combined", "oracle", pairing="equal-length")
+        n_equal = int(eq["requests"].iloc[0]) if len(eq) else None
+        for key, label in ROWS:
+            s = get[key]
+            if s is None:
+                continue
+            if key == "combine_equal" and n_equal is not None:
+                label = f"{label} (n={n_equal})"
+            for b, v in s.items():
+                out.append({"dataset": ds, "row": key, "label": label.strip(), "indent": label.startswith("  "),
+                            "batch_size": int(b), "speedup": float(v)})
+    return pd.DataFrame(out)

@@ -1,0 +1,76 @@
+"""Shared pieces of the simulator figures and tables: loading summaries, labels, styles, paper values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ..io import SpecReproError
+
+#: policy -> (label, colour, marker, line style); the paper's Fig. 10 assignment
+POLICY_STYLE = {
+    "fixed-1": ("k=1", "#1f77b4", "o", "-"),
+    "fixed-3": ("k=3", "#ff7f0e", "s", "-"),
+    "fixed-5": ("k=5", "#2ca02c", "D", "-"),
+    "oracle": ("Oracle", "#d62728", "*", ":"),
+    "adaptive": ("Adaptive (online)", "#6a3d9a", "P", "-."),
+}
+
+#: proposer -> (label, colour); the paper's Fig. 12 assignment (n-gram green, EAGLE orange, combine red)
+PROPOSER_STYLE = {
+    "ngram": ("n-gram", "#2ca02c"),
+    "eagle": ("EAGLE", "#ff7f0e"),
+    "combined": ("Oracle Combine", "#d62728"),
+}
+
+PAPER_MODE = {"batching": "replicate", "pairing": "index", "combine_cost": "ngram"}
+
+
+def load_summaries(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """Concatenated summary CSVs of ``specrepro simulate``."""
+    frames = []
+    for p in paths:
+        p = Path(p)
+        if not p.exists():
+            raise SpecReproError(f"{p}: file not found")
+        frames.append(pd.read_csv(p))
+    if not frames:
+        raise SpecReproError("no simulator summaries given")
+    return pd.concat(frames, ignore_index=True)
+
+
+def paper_mode(df: pd.DataFrame) -> pd.DataFrame:
+    mask = pd.Series(True, index=df.index)
+    for k, v in PAPER_MODE.items():
+        mask &= df[k] == v
+    return df[mask]
+
+
+def series(df: pd.DataFrame, dataset: str, proposer: str, policy: str, **modes) -> pd.DataFrame:
+    """Rows of one curve, sorted by batch size (paper mode unless ``modes`` say otherwise)."""
+    want = {**PAPER_MODE, **modes}
+    m = (df["dataset"] == dataset) & (df["proposer"] == proposer) & (df["policy"] == policy)
+    for k, v in want.items():
+        m &= df[k] == v
+    return df[m].sort_values("batch_size")
+
+
+def paper_values(registry: str | Path | None, traceset: str) -> dict[str, float]:
+    """The paper's simulator values by metric key, from the claims registry (empty without one)."""
+    if not registry:
+        return {}
+    from ..claims import load_claims
+
+    prefix = f"sim.{traceset}."
+    return {c.measured_by: c.value for c in load_claims(registry)
+            if c.evidence == "simulator" and c.measured_by and c.measured_by.startswith(prefix)}
+
+
+def bs_axis(ax, batch_sizes) -> None:
+    """Batch sizes on a linear axis, labelled at the simulated points (as the paper plots them)."""
+    ax.set_xticks(list(batch_sizes))
+    ax.set_xticklabels([str(b) if b not in (8,) else "" for b in batch_sizes])
+    ax.grid(True, linestyle="--", linewidth=0.3, color="#bbbbbb")
+    ax.set_axisbelow(True)

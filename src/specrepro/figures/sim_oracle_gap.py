@@ -1,0 +1,86 @@
+"""Table: how far the oracle k is above the best fixed k, per dataset and batch size."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ..io import write_csv, write_text
+from ..latex import tex_escape
+from ._sim import load_summaries, paper_mode
+
+SPEC = FigureSpec(
+    name="tab_oracle_gap",
+    kind="table",
+    title="The oracle gap",
+    paper_ref="Figs. 10, 12",
+    caption=(
+        "Simulated speedups ({subject_label}, paper mode): the best fixed k (1, 3 or 5; which one in brackets), "
+        "the oracle, and the oracle's gain over that best fixed k, for each proposer; then Oracle Combine and its "
+        "gain over the better single-method oracle."
+    ),
+    paper_statement=(
+        "No fixed k comes close to the oracle, and the gap grows with the batch size; combining the two "
+        "proposers per position adds far more than tuning k for either."
+    ),
+    data="simulator on released traces",
+)
+
+FIXED = ("fixed-1", "fixed-3", "fixed-5")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--summaries", nargs="+", required=True, help="paper-mode summary CSVs")
+    p.add_argument("--csv", required=True, help="the same table as CSV")
+
+
+def oracle_gap(df: pd.DataFrame, datasets) -> pd.DataFrame:
+    """One row per dataset x batch size with best fixed k, oracle and gains per proposer."""
+    df = paper_mode(df)
+    rows = []
+    for ds in datasets:
+        sub = df[df["dataset"] == ds]
+        for b in sorted(sub["batch_size"].unique()):
+            at = sub[sub["batch_size"] == b].set_index(["proposer", "policy"])["speedup"]
+            row = {"dataset": ds, "batch_size": int(b)}
+            for prop in ("ngram", "eagle"):
+                fixed = {p: at[(prop, p)] for p in FIXED if (prop, p) in at.index}
+                best = max(fixed, key=fixed.get)
+                row[f"{prop}_best_k"] = int(best.split("-")[1])
+                row[f"{prop}_best_fixed"] = fixed[best]
+                row[f"{prop}_oracle"] = at[(prop, "oracle")]
+                row[f"{prop}_gap"] = at[(prop, "oracle")] / fixed[best] - 1
+            row["combined_oracle"] = at[("combined", "oracle")]
+            row["combined_gain"] = row["combined_oracle"] / max(row["ngram_oracle"], row["eagle_oracle"]) - 1
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
+    lines = [
+        r"\begin{tabular}{lr rrr rrr rr}",
+        r"\toprule",
+        r" & & \multicolumn{3}{c}{n-gram} & \multicolumn{3}{c}{EAGLE} & \multicolumn{2}{c}{Oracle Combine} \\",
+        r"\cmidrule(lr){3-5}\cmidrule(lr){6-8}\cmidrule(lr){9-10}",
+        r"Dataset & B & best fixed & oracle & gap & best fixed & oracle & gap & speedup & vs.\ best oracle \\",
+        r"\midrule",
+    ]
+    prev = None
+    for r in t.itertuples(index=False):
+        if prev is not None and r.dataset != prev:
+            lines.append(r"\addlinespace")
+        ds = tex_escape(ctx.dataset_label(r.dataset)) if r.dataset != prev else ""
+        prev = r.dataset
+        lines.append(
+            f"{ds} & {r.batch_size} & {r.ngram_best_fixed:.2f} ({r.ngram_best_k}) & {r.ngram_oracle:.2f} & "
+            f"{100 * r.ngram_gap:+.0f}\\% & {r.eagle_best_fixed:.2f} ({r.eagle_best_k}) & {r.eagle_oracle:.2f} & "
+            f"{100 * r.eagle_gap:+.0f}\\% & {r.combined_oracle:.2f} & {100 * r.combined_gain:+.0f}\\% \\\\"
+        )
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def build(args, ctx: TraceContext) -> None:
+    t = oracle_gap(load_summaries(args.summaries), ctx.datasets)
+    write_csv(args.csv, t, float_format="%.10g")
+    write_text(args.output, to_latex(t, ctx))
