@@ -5,7 +5,7 @@
 #   snakemake figures/<one figure>.pdf             one figure and what it depends on
 #
 # Stages, one file each under workflow/rules/: common (config), containers (images, preflight),
-# inputs (models, datasets, manifest), traces, acceptance, report.
+# inputs (models, datasets, manifest), traces, acceptance, simulator, report.
 
 from snakemake.utils import min_version
 
@@ -17,6 +17,7 @@ include: "workflow/rules/containers.smk"
 include: "workflow/rules/inputs.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
+include: "workflow/rules/simulator.smk"
 include: "workflow/rules/report.smk"
 
 

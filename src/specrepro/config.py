@@ -161,7 +161,40 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             f"config error: engine.ngram.prompt_lookup_min = {ng['prompt_lookup_min']}: larger than "
             f"prompt_lookup_max = {ng['prompt_lookup_max']}"
         )
+    problems += _simulator_problems(config)
     return problems
+
+
+def _simulator_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """The simulator section: a match probability for every simulated dataset, usable names and edges."""
+    sim = config.get("simulator") or {}
+    if not sim:
+        return
+    probs = sim.get("ngram_match_prob", {})
+    for d in config.get("released_traces", {}).get("files", {}):
+        if d not in probs:
+            yield (
+                f"config error: simulator.ngram_match_prob: no value for dataset {json.dumps(d)} "
+                "(n-gram with a fixed k needs one for every simulated dataset)"
+            )
+    seen: set[str] = set()
+    for i, v in enumerate(sim.get("variants", [])):
+        if v["name"] in seen:
+            yield f"config error: simulator.variants[{i}].name = {json.dumps(v['name'])}: used twice"
+        seen.add(v["name"])
+    edges = sim.get("fig9", {}).get("bleu_edges", [])
+    if edges and any(b <= a for a, b in zip(edges, edges[1:])):
+        yield f"config error: simulator.fig9.bleu_edges = {json.dumps(edges)}: must increase"
+    name = sim.get("cost_model")
+    if name:
+        from .costmodel import BUILTIN_DIR
+
+        repo = Path(__file__).resolve().parents[2]
+        if not (BUILTIN_DIR / f"{name}.yaml").exists() and not (repo / name).exists() and not Path(name).exists():
+            yield (
+                f"config error: simulator.cost_model = {json.dumps(name)}: neither a built-in cost model "
+                f"(src/specrepro/data/cost_models/) nor an existing file"
+            )
 
 
 def check_config(config: Mapping[str, Any]) -> None:

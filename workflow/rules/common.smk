@@ -169,6 +169,62 @@ ACCEPTANCE_FIGURES = [
 ACCEPTANCE_TABLES = ["tab_acceptance_stats"]
 
 
+# The simulator (workflow/rules/simulator.smk) runs on the released trace set: it has both proposers'
+# traces and a cost model of its hardware. Its figures and tables, in report order:
+SIM = config.get("simulator", {})
+SIM_TRACE_SETS = [RELEASED["name"]] if SIM else []
+SIMULATOR_OUTPUTS = [
+    "tab_ngram_agreement",
+    "fig10_sim_speedup",
+    "fig12_oracle_combine",
+    "tab_oracle_gap",
+    "fig09_bleu_ngram",
+    "tab_sim_beyond",
+    "fig_sim_beyond",
+]
+
+
+def simulator_targets(traceset):
+    return [f"figures/{n}-{traceset}.{'tex' if n.startswith('tab_') else 'pdf'}" for n in SIMULATOR_OUTPUTS]
+
+
+# Simulator jobs (workflow/rules/simulator.smk): variants by name, the cost model, shared arguments.
+SIM_VARIANTS = {v["name"]: v for v in SIM.get("variants", [])}
+_cost = SIM.get("cost_model", "llama3.1-8b-h100")
+SIM_COST = _cost if (REPO / "src" / "specrepro" / "data" / "cost_models" / f"{_cost}.yaml").exists() else repo_path(_cost)
+
+
+def sim_args(batch_sizes=None, num_requests=None):
+    """Arguments every simulate job shares; the dataset's n-gram match probability comes from the config."""
+
+    def args(wc):
+        bs = " ".join(str(b) for b in (batch_sizes or SIM["batch_sizes"]))
+        prob = SIM["ngram_match_prob"][wc.dataset]
+        return (
+            f"--dataset {wc.dataset} --batch-sizes {bs} --cost-model {SIM_COST!r}"
+            f" --num-requests {num_requests or SIM['num_requests']} --seed {SIM['seed']} --ngram-match-prob {prob}"
+        )
+
+    return args
+
+
+def sim_inputs(kind):
+    """One simulator output per dataset of the trace set."""
+
+    def inputs(wc):
+        return [f"results/simulator/{wc.traceset}/{kind}/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]]
+
+    return inputs
+
+
+def variant_inputs(wc):
+    return [
+        f"results/simulator/{wc.traceset}/variants/{v}/{d}.csv"
+        for v in SIM_VARIANTS
+        for d in TRACE_SETS[wc.traceset]["datasets"]
+    ]
+
+
 def acceptance_targets(traceset):
     out = [f"figures/{name}-{traceset}.pdf" for name in ACCEPTANCE_FIGURES]
     out += [f"figures/{name}-{traceset}.tex" for name in ACCEPTANCE_TABLES]
@@ -180,11 +236,14 @@ def report_figures():
     out = []
     for ts in TRACE_SETS:
         out += acceptance_targets(ts)
+    for ts in SIM_TRACE_SETS:
+        out += simulator_targets(ts)
     return out
 
 
 def metrics_files():
-    return [f"results/metrics/acceptance-{ts}.json" for ts in TRACE_SETS]
+    out = [f"results/metrics/acceptance-{ts}.json" for ts in TRACE_SETS]
+    return out + [f"results/metrics/simulator-{ts}.json" for ts in SIM_TRACE_SETS]
 
 
 def input_records():
