@@ -24,7 +24,7 @@ def simulated(tmp_path_factory):
     """Paper mode, every variant, per-request runs and recomputed n-gram traces for two tiny datasets."""
     tmp = tmp_path_factory.mktemp("sim")
     rng = np.random.default_rng(0)
-    out = {"paper": [], "variants": [], "batches": [], "traces": [], "stats": [], "recomputed": []}
+    out = {"paper": [], "variants": [], "batches": [], "bleu": [], "stats": [], "recomputed": []}
     for ds in DATASETS:
         recs = []
         for i in range(12):
@@ -34,7 +34,9 @@ def simulated(tmp_path_factory):
             recs.append(small_record(f"{ds}{i}", output, [1 + int(v) for v in rng.integers(0, 4, n)],
                                      [1 + int(v) for v in rng.integers(0, 3, n - (i % 3 == 0))], prompt))
         trace = write_jsonl(tmp / f"{ds}.jsonl", recs)
-        out["traces"].append(trace)
+        bleu = tmp / f"{ds}.bleu.csv"
+        run("prompt-bleu", trace, "--dataset", ds, "-o", bleu)
+        out["bleu"].append(bleu)
         common = ["--trace", trace, "--dataset", ds, "--batch-sizes", *BS, "--num-requests", "10"]
         paper = tmp / f"paper-{ds}.csv"
         run("simulate", *common, "--proposer", "ngram", "eagle", "combined", "--policy", "fixed-1", "fixed-3",
@@ -83,7 +85,7 @@ def figure_args(out, name, tag, tmp):
     if name == "fig_sim_beyond":
         return ["--summaries", *out["paper"], *out["variants"]]
     if name == "fig09_bleu_ngram":
-        return ["--batches", *out["batches"], "--traces", *out["traces"], "--csv", tmp / f"{tag}.csv"]
+        return ["--batches", *out["batches"], "--bleu", *out["bleu"], "--csv", tmp / f"{tag}.csv"]
     if name == "tab_oracle_gap":
         return ["--summaries", *out["paper"], "--csv", tmp / f"{tag}.csv"]
     if name == "tab_sim_beyond":
@@ -136,3 +138,18 @@ def test_fig9_cells_count_requests(simulated):
     cells = pd.read_csv(tmp / "f9.csv")
     per = cells[(cells.ngram_policy == "fixed-3") & (cells.batch_size == 1)].groupby("dataset")["requests"].sum()
     assert per.to_dict() == {"cnn": 12, "gsm8k": 12}
+
+
+def test_sim_metrics_keys(simulated, tmp_path):
+    tmp, out = simulated
+    target = tmp_path / "m.json"
+    run("sim-metrics", "--traceset", "toy", "--inputs", *out["paper"], *out["variants"], "--recomputed",
+        *out["recomputed"], "--ngram-stats", *out["stats"], "--bleu", *out["bleu"], "-o", target)
+    import json
+
+    m = json.loads(target.read_text())
+    assert "sim.toy.cnn.combined.oracle.b4" in m and "sim.toy.cnn.combined.oracle-cost-winner.b4" in m
+    assert "sim.toy.gsm8k.combined.adaptive-continuous.b1" in m
+    assert "sim.toy.cnn.ngram.oracle-recomputed-trace.b1" in m
+    assert m["traces.toy.cnn.ngram.recomputed_agreement_fitting"] <= 1.0
+    assert sum(v for k, v in m.items() if k.startswith("traces.toy.cnn.prompt.bleu4_requests_")) == 12

@@ -52,6 +52,28 @@ def bleu4(hypothesis: Sequence[int] | np.ndarray, reference: Sequence[int] | np.
     return bp * math.exp(log_p)
 
 
-def prompt_output_bleu(records) -> dict[str, float]:
-    """BLEU-4 of every record's output against its prompt, by request id."""
-    return {r.id: bleu4(r.generated_token_ids, r.prompt_token_ids) for r in records}
+def bleu_table(records, dataset: str) -> "pd.DataFrame":
+    """``dataset, request_id, prompt_len, output_len, bleu4``: one row per record."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        [(dataset, r.id, r.prompt_token_ids.size, r.output_len, bleu4(r.generated_token_ids, r.prompt_token_ids))
+         for r in records],
+        columns=["dataset", "request_id", "prompt_len", "output_len", "bleu4"],
+    )
+
+
+def bucket_of(values, edges) -> np.ndarray:
+    """Index of the ``[edges[k], edges[k+1])`` bucket of each value; the last bucket includes its top."""
+    edges = np.asarray(edges, dtype=float)
+    return np.clip(np.searchsorted(edges, np.asarray(values, dtype=float), side="right") - 1, 0, len(edges) - 2)
+
+
+def bucket_metrics(table, traceset: str, edges) -> dict[str, int]:
+    """Requests per BLEU-4 bucket: ``traces.<trace set>.<dataset>.prompt.bleu4_requests_<lo>_<hi>``."""
+    out = {}
+    for ds, g in table.groupby("dataset", sort=False):
+        counts = np.bincount(bucket_of(g["bleu4"], edges), minlength=len(edges) - 1)
+        for k, n in enumerate(counts):
+            out[f"traces.{traceset}.{ds}.prompt.bleu4_requests_{edges[k]:g}_{edges[k + 1]:g}"] = int(n)
+    return out

@@ -358,25 +358,62 @@ def _simulate(sub) -> None:
 
 
 def _sim_metrics(sub) -> None:
-    p = sub.add_parser("sim-metrics", help="simulator summaries -> metrics JSON for the claims table")
+    p = sub.add_parser("sim-metrics", help="simulator outputs -> metrics JSON for the claims table")
     p.add_argument("--traceset", required=True)
     p.add_argument("--inputs", nargs="+", required=True, help="summary CSVs of specrepro simulate")
+    p.add_argument("--recomputed", nargs="*", default=[], help="summaries on recomputed n-gram traces")
+    p.add_argument("--all-requests", nargs="*", default=[], help="summaries over all requests (Fig. 9 runs)")
+    p.add_argument("--ngram-stats", nargs="*", default=[], help="ngram-trace --stats files")
+    p.add_argument("--bleu", nargs="*", default=[], help="prompt-bleu tables")
+    p.add_argument("--bleu-edges", nargs="+", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
         import pandas as pd
 
-        from .io import write_json
+        from .bleu import bucket_metrics
+        from .io import read_json, write_json
         from .simulator import metrics_from_summaries
 
-        write_json(a.output, metrics_from_summaries(a.traceset, [pd.read_csv(f) for f in a.inputs]))
+        def read(paths):
+            return [pd.read_csv(f) for f in paths]
+
+        out = metrics_from_summaries(a.traceset, read(a.inputs))
+        for extra in (metrics_from_summaries(a.traceset, read(a.recomputed), "-recomputed-trace"),
+                      metrics_from_summaries(a.traceset, read(a.all_requests), "-all-requests")):
+            out.update(extra)
+        for f in a.ngram_stats:
+            st = read_json(f)
+            if "agreement" in st:
+                key = f"traces.{a.traceset}.{st['dataset']}.ngram.recomputed"
+                out[f"{key}_agreement"] = st["agreement"]
+                out[f"{key}_agreement_fitting"] = st["agreement_fitting"]
+        if a.bleu:
+            out.update(bucket_metrics(pd.concat(read(a.bleu), ignore_index=True), a.traceset, a.bleu_edges))
+        write_json(a.output, out)
+
+    p.set_defaults(func=run)
+
+
+def _prompt_bleu(sub) -> None:
+    p = sub.add_parser("prompt-bleu", help="token-level BLEU-4 of every request's output against its prompt (CSV)")
+    p.add_argument("trace")
+    p.add_argument("--dataset", required=True)
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        from .bleu import bleu_table
+        from .io import write_csv
+        from .traces import read_trace
+
+        write_csv(a.output, bleu_table(read_trace(a.trace, aligned=()), a.dataset), float_format="%.10g")
 
     p.set_defaults(func=run)
 
 
 VERBS = (
-    _write_json, _fetch_trace, _trace_tables, _ngram_trace, _simulate, _sim_metrics, _figure, _claims, _report,
-    _check_config, _preflight, _fetch_model, _fetch_dataset, _manifest,
+    _write_json, _fetch_trace, _trace_tables, _ngram_trace, _simulate, _sim_metrics, _prompt_bleu, _figure,
+    _claims, _report, _check_config, _preflight, _fetch_model, _fetch_dataset, _manifest,
 )
 
 

@@ -839,8 +839,8 @@ def build_specs(dataset: str, proposers: Sequence[str], policies: Sequence[str],
     return specs
 
 
-def metric_key(traceset: str, row: Mapping) -> str:
-    """``sim.<trace set>.<dataset>.<proposer>.<policy>[-<mode>...].b<B>``; paper mode has no suffix."""
+def metric_key(traceset: str, row: Mapping, suffix: str = "") -> str:
+    """``sim.<trace set>.<dataset>.<proposer>.<policy>[-<mode>...][suffix].b<B>``; paper mode has no suffix."""
     policy = str(row["policy"])
     if row.get("combine_cost", "ngram") != "ngram":
         policy += f"-cost-{row['combine_cost']}"
@@ -848,15 +848,16 @@ def metric_key(traceset: str, row: Mapping) -> str:
         policy += f"-{row['pairing']}"
     if row.get("batching", "replicate") != "replicate":
         policy += f"-{row['batching']}"
+    policy += suffix
     return f"sim.{traceset}.{row['dataset']}.{row['proposer']}.{policy}.b{int(row['batch_size'])}"
 
 
-def metrics_from_summaries(traceset: str, tables: Sequence[pd.DataFrame]) -> dict[str, float]:
+def metrics_from_summaries(traceset: str, tables: Sequence[pd.DataFrame], suffix: str = "") -> dict[str, float]:
     """Flat ``{metric key: speedup}`` of simulator summary tables; a key twice is an error."""
     out: dict[str, float] = {}
     for table in tables:
         for row in table.to_dict("records"):
-            key = metric_key(traceset, row)
+            key = metric_key(traceset, row, suffix)
             if key in out:
                 raise SpecReproError(f"simulator metric {key!r} is produced twice")
             out[key] = float(row["speedup"])

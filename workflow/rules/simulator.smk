@@ -5,6 +5,7 @@
 #   fig9/<dataset>.csv              every request simulated on its own (per-batch rows), for Fig. 9
 #   ngram/<dataset>.jsonl           acc_ngram recomputed from tokens (+ .stats.json: agreement)
 #   recomputed/<dataset>.csv        n-gram paper mode on the recomputed traces
+#   fig9/<dataset>.bleu.csv         BLEU-4 of every request's output against its prompt
 # and the metrics results/metrics/simulator-<trace set>.json (keys sim.<trace set>....) for the claims.
 
 rule simulate_paper:
@@ -108,20 +109,42 @@ rule simulate_recomputed:
         " -o {output:q} 2> {log}"
 
 
+rule prompt_bleu:
+    """Token-level BLEU-4 of every request's output against its prompt (Fig. 9's x-axis)."""
+    input:
+        trace=trace_file,
+    output:
+        "results/simulator/{traceset}/fig9/{dataset}.bleu.csv",
+    log:
+        "logs/simulator/{traceset}/fig9/{dataset}.bleu.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro prompt-bleu {input.trace:q} --dataset {wildcards.dataset} -o {output:q} 2> {log}"
+
+
 rule simulator_metrics:
-    """Speedups keyed sim.<trace set>.<dataset>.<proposer>.<policy>[-<variant mode>].b<B> for the claims."""
+    """Speedups keyed sim.<trace set>.<dataset>.<proposer>.<policy>[-<variant mode>].b<B>, n-gram
+    recomputation agreement and BLEU-4 bucket counts (traces.<trace set>....) for the claims."""
     input:
         paper=sim_inputs("paper"),
         variants=variant_inputs,
+        recomputed=sim_inputs("recomputed"),
+        fig9=sim_inputs("fig9"),
+        stats=lambda wc: [f"results/simulator/{wc.traceset}/ngram/{d}.stats.json" for d in TRACE_SETS[wc.traceset]["datasets"]],
+        bleu=lambda wc: [f"results/simulator/{wc.traceset}/fig9/{d}.bleu.csv" for d in TRACE_SETS[wc.traceset]["datasets"]],
     output:
         "results/metrics/simulator-{traceset}.json",
+    params:
+        edges=" ".join(str(e) for e in SIM.get("fig9", {}).get("bleu_edges", [])),
     log:
         "logs/simulator/{traceset}/metrics.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "specrepro sim-metrics --traceset {wildcards.traceset} --inputs {input.paper} {input.variants}"
-        " -o {output} 2> {log}"
+        " --recomputed {input.recomputed} --all-requests {input.fig9} --ngram-stats {input.stats}"
+        " --bleu {input.bleu} --bleu-edges {params.edges} -o {output} 2> {log}"
 
 
 # --- figures and tables ------------------------------------------------------------------------
@@ -198,7 +221,7 @@ rule fig09_bleu_ngram:
     input:
         config=RUN_CONFIG,
         batches=lambda wc: [f"results/simulator/{wc.traceset}/fig9/{d}.batches.csv" for d in TRACE_SETS[wc.traceset]["datasets"]],
-        traces=lambda wc: [TRACE_SETS[wc.traceset]["files"][d] for d in TRACE_SETS[wc.traceset]["datasets"]],
+        bleu=lambda wc: [f"results/simulator/{wc.traceset}/fig9/{d}.bleu.csv" for d in TRACE_SETS[wc.traceset]["datasets"]],
     output:
         pdf="figures/fig09_bleu_ngram-{traceset}.pdf",
         csv="figures/fig09_bleu_ngram-{traceset}.csv",
@@ -212,7 +235,7 @@ rule fig09_bleu_ngram:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig09_bleu_ngram --run-config {input.config} --subject {wildcards.traceset}"
-        " --batches {input.batches} --traces {input.traces} --bleu-edges {params.edges}"
+        " --batches {input.batches} --bleu {input.bleu} --bleu-edges {params.edges}"
         " --ngram-policies {params.ngram} --eagle-policy {params.eagle} --csv {output.csv} -o {output.pdf} 2> {log}"
 
 

@@ -20,7 +20,6 @@ ROWS = (
     ("cont_adaptive", "Continuous batching: adaptive policy"),
     ("cont_eagle3", "Continuous batching: EAGLE k=3"),
     ("cont_ngram3", "Continuous batching: n-gram k=3"),
-    ("rep_eagle3", "B copies (paper): EAGLE k=3"),
 )
 
 
@@ -52,7 +51,6 @@ def comparison(df: pd.DataFrame, datasets) -> pd.DataFrame:
             "cont_adaptive": _s(df, ds, "combined", "adaptive", batching="continuous"),
             "cont_eagle3": _s(df, ds, "eagle", "fixed-3", batching="continuous"),
             "cont_ngram3": _s(df, ds, "ngram", "fixed-3", batching="continuous"),
-            "rep_eagle3": _s(df, ds, "eagle", "fixed-3"),
         }
         eq = series(df, ds, "combined", "oracle", pairing="equal-length")
         n_equal = int(eq["requests"].iloc[0]) if len(eq) else None
@@ -61,7 +59,7 @@ def comparison(df: pd.DataFrame, datasets) -> pd.DataFrame:
             if s is None:
                 continue
             if key == "combine_equal" and n_equal is not None:
-                label = f"{label} (n={n_equal})"
+                label = f"{label} ({n_equal} drawn)"
             for b, v in s.items():
                 out.append({"dataset": ds, "row": key, "label": label.strip(), "indent": label.startswith("  "),
                             "batch_size": int(b), "speedup": float(v)})

@@ -19,7 +19,8 @@ SPEC = FigureSpec(
         "the output's length (the paper pairs positions by index even where the two runs' outputs diverged); "
         "an online adaptive policy that sees only the past (EAGLE by default, n-gram once its cheap lookup "
         "matched all tokens the last step produced; k adapted per step); and continuous batching (B different "
-        "requests in flight, a finished one replaced by the next) instead of B copies of one request."
+        "requests in flight, a finished one replaced by the next; throughput while all B slots are busy) "
+        "instead of B copies of one request (those are in Fig. 10)."
     ),
     paper_statement=(
         "Oracle Combine is presented as an upper bound (4.9x on InstructCoder at batch size 1) of what choosing "

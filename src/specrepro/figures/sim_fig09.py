@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -11,9 +9,8 @@ from matplotlib.colors import TwoSlopeNorm
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..bleu import prompt_output_bleu
+from ..bleu import bucket_of
 from ..io import SpecReproError, write_csv
-from ..traces import read_trace
 
 SPEC = FigureSpec(
     name="fig09_bleu_ngram",
@@ -37,7 +34,7 @@ SPEC = FigureSpec(
 
 def add_arguments(p) -> None:
     p.add_argument("--batches", nargs="+", required=True, help="per-batch CSVs of the fig9 simulations")
-    p.add_argument("--traces", nargs="+", required=True, help="trace files named <dataset>.jsonl (for BLEU-4)")
+    p.add_argument("--bleu", nargs="+", required=True, help="prompt-bleu tables (one per dataset)")
     p.add_argument("--bleu-edges", nargs="+", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     p.add_argument("--ngram-policies", nargs="+", default=["fixed-3", "fixed-5"])
     p.add_argument("--eagle-policy", default="fixed-3")
@@ -48,7 +45,7 @@ def relative_improvement(batches: pd.DataFrame, bleu: pd.DataFrame, edges, ngram
                          eagle_policy: str) -> pd.DataFrame:
     """One row per dataset x batch size x BLEU bucket: requests and n-gram/EAGLE throughput ratio - 1."""
     edges = np.asarray(edges, dtype=float)
-    b = bleu.assign(bucket=np.clip(np.searchsorted(edges, bleu["bleu"], side="right") - 1, 0, len(edges) - 2))
+    b = bleu.assign(bucket=bucket_of(bleu["bleu"], edges))
     key = ["dataset", "batch_size", "request_id"]
     ng = batches[(batches["proposer"] == "ngram") & (batches["policy"] == ngram_policy)][key + ["sd_throughput"]]
     ea = batches[(batches["proposer"] == "eagle") & (batches["policy"] == eagle_policy)][key + ["sd_throughput"]]
@@ -67,12 +64,8 @@ def relative_improvement(batches: pd.DataFrame, bleu: pd.DataFrame, edges, ngram
 def build(args, ctx: TraceContext) -> None:
     style.apply()
     batches = pd.concat([pd.read_csv(p) for p in args.batches], ignore_index=True)
-    bleu_rows = []
-    for t in args.traces:
-        ds = Path(t).name.split(".")[0]
-        for rid, v in prompt_output_bleu(read_trace(t, aligned=())).items():
-            bleu_rows.append((ds, str(rid), v))
-    bleu = pd.DataFrame(bleu_rows, columns=["dataset", "request_id", "bleu"])
+    bleu = pd.concat([pd.read_csv(p, dtype={"request_id": str}) for p in args.bleu], ignore_index=True)
+    bleu = bleu.rename(columns={"bleu4": "bleu"})[["dataset", "request_id", "bleu"]]
     batches["request_id"] = batches["request_id"].astype(str)
     cells = pd.concat([relative_improvement(batches, bleu, args.bleu_edges, p, args.eagle_policy)
                        for p in args.ngram_policies], ignore_index=True)

@@ -22,8 +22,8 @@ SPEC = FigureSpec(
         "trace at the smallest and largest batch size."
     ),
     paper_statement=(
-        "The n-gram acceptance traces (k = 20 potential spans per position) were recorded with an instrumented "
-        "engine; they are determined by the tokens alone."
+        "The per-position n-gram spans (up to k = 20 drafts at every position) were recorded with an instrumented "
+        "vLLM engine running its n-gram proposer (prompt_lookup_min 3, prompt_lookup_max 7)."
     ),
     data="released traces; simulator",
 )

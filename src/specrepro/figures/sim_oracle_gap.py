@@ -20,8 +20,8 @@ SPEC = FigureSpec(
         "gain over the better single-method oracle."
     ),
     paper_statement=(
-        "No fixed k comes close to the oracle, and the gap grows with the batch size; combining the two "
-        "proposers per position adds far more than tuning k for either."
+        "No fixed k comes close to the oracle (n-gram on InstructCoder at batch size 1: about 2.1x for the "
+        "best fixed k, k = 5, against about 2.75x), and the gap widens with the batch size."
     ),
     data="simulator on released traces",
 )
