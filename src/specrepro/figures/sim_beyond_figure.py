@@ -13,7 +13,7 @@ SPEC = FigureSpec(
     name="fig_sim_beyond",
     kind="figure",
     title="Beyond the paper: the upper bound under honest accounting",
-    paper_ref="beyond Figs. 10, 12",
+    paper_ref="Figs. 10, 12, extended",
     caption=(
         "Simulated speedup ({subject_label}) of Oracle Combine as in the paper (red), charged the winner's or "
         "both proposers' drafting cost, on equal-length trace pairs only, with continuous batching (dashed); "

@@ -12,7 +12,7 @@ SPEC = FigureSpec(
     name="tab_sim_beyond",
     kind="table",
     title="Beyond the paper: how much of the upper bound survives",
-    paper_ref="beyond Figs. 10, 12",
+    paper_ref="Figs. 10, 12, extended",
     caption=(
         "Simulated speedups ({subject_label}). Oracle Combine as in the paper, then charged the drafting cost "
         "of the proposer that wins each position or of both proposers; on the requests whose two traces have "
