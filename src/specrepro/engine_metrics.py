@@ -1,0 +1,317 @@
+"""Engine points -> the tables the engine figures draw and the flat metrics the claims table reads.
+
+Input: the bench tables of ``specrepro bench`` (one Parquet per engine configuration, one row per point,
+columns :data:`specrepro.engine.POINT_COLUMNS`). Failed points (``status != "ok"``) never enter a mean;
+they are counted. Speedup is the paper's: mean throughput over requests of a configuration divided by
+that of no SD at the same experiment, dataset and batch size (:func:`specrepro.engine.speedup_table`).
+
+Metric keys (``<exp>`` is the experiment's name, ``<config>`` ``none`` or ``<method>-k<k>``)::
+
+    engine.<exp>.<dataset>.<config>.throughput.b<B>          mean output tokens/s over requests (none too)
+    engine.<exp>.<dataset>.<config>.speedup.b<B>             SD configurations only
+    engine.<exp>.<dataset>.<config>.acceptance_length.b<B>   mean over requests of 1 + accepted/drafts
+    engine.<exp>.<dataset>.<config>.acceptance_rate.b<B>     pooled accepted / draft tokens
+    engine.<exp>.<dataset>.<config>.acceptance_rate_pos<j>.b<B>   pooled accepted at position j / drafts
+    engine.<exp>.<dataset>.<config>.acceptance_rate_pos<j>   the same over all batch sizes
+    engine.<exp>.<dataset>.<config>.speedup_drop_pct.b<B0>_b<B>   100 (s(B0) - s(B)) / s(B0), B0 the smallest B
+    engine.<exp>.<dataset>.<config>.identical_fraction       share of compared points equal to no SD's output
+    engine.points.ok, engine.points.failed                   counts over all inputs
+
+A key whose value cannot be computed (no successful point, no baseline) is left out, so the claims table
+says "not measured". A CPU run's metrics are written the same way; :func:`specrepro.claims.evaluate`
+never decides an ``engine`` claim on a run whose kind is not "gpu".
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .io import SpecReproError, read_parquet
+
+#: method display order (figures, tables)
+METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+REQUIRED = ("exp", "model", "method", "k", "config", "dataset", "request_index", "batch_size", "status", "error",
+            "wall_s", "output_tokens", "throughput", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
+            "accepted_per_pos", "acceptance_length", "output_token_ids")
+GROUP = ["exp", "dataset", "config", "batch_size"]
+RUN_KINDS = ("cpu", "gpu")
+
+
+# --- loading ------------------------------------------------------------------------------
+
+
+def load_points(paths: Sequence[str | Path]) -> pd.DataFrame:
+    """The bench tables concatenated; a missing file or column is a one-line error."""
+    if not paths:
+        raise SpecReproError("no engine points given (--points)")
+    frames = []
+    for p in paths:
+        df = read_parquet(p)
+        missing = [c for c in REQUIRED if c not in df.columns]
+        if missing:
+            raise SpecReproError(f"{p}: not an engine points table (missing column(s) {', '.join(missing)})")
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
+    return normalise(df)
+
+
+def normalise(df: pd.DataFrame) -> pd.DataFrame:
+    """Types the summaries rely on (k nullable int, batch size int, numbers float)."""
+    df = df.copy()
+    df["k"] = df["k"].astype("Int64")
+    df["batch_size"] = df["batch_size"].astype(int)
+    df["request_index"] = df["request_index"].astype(int)
+    for c in ("wall_s", "throughput", "acceptance_length", "output_tokens", "num_drafts", "num_draft_tokens",
+              "num_accepted_tokens"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    if "acceptance_rate" in df:
+        df["acceptance_rate"] = pd.to_numeric(df["acceptance_rate"], errors="coerce").astype(float)
+    return df
+
+
+def method_rank(method: str) -> int:
+    return METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
+
+
+def config_order(points: pd.DataFrame) -> list[tuple[str, str, int | None]]:
+    """(config, method, k) of the points, in display order: method order, then k."""
+    seen = points[["config", "method", "k"]].drop_duplicates("config")
+    rows = [(r.config, r.method, None if pd.isna(r.k) else int(r.k)) for r in seen.itertuples(index=False)]
+    return sorted(rows, key=lambda t: (method_rank(t[1]), t[1], -1 if t[2] is None else t[2], t[0]))
+
+
+def config_label_text(method: str, k: int | None, labels: Mapping[str, str]) -> str:
+    """``n-gram (k=3)``; ``no SD``."""
+    name = labels.get(method, method)
+    return name if method == "none" or k is None else f"{name} (k={k})"
+
+
+# --- summaries ------------------------------------------------------------------------------
+
+
+def _ok(points: pd.DataFrame) -> pd.DataFrame:
+    return points[points["status"] == "ok"]
+
+
+def speedup_points(points: pd.DataFrame) -> pd.DataFrame:
+    """:func:`engine.speedup_table` plus, per (exp, dataset, config, B), how many points there were and failed.
+
+    A group whose points all failed is kept (throughput and speedup empty), so failures stay visible.
+    """
+    from .engine import speedup_table
+
+    keys = points[["exp", "model", "dataset", "method", "k", "config", "batch_size"]].drop_duplicates(GROUP)
+    counts = points.assign(_failed=(points["status"] != "ok").astype(int)).groupby(GROUP).agg(
+        points=("status", "size"), failed=("_failed", "sum")).reset_index()
+    ok = _ok(points)
+    if len(ok):
+        t = speedup_table(ok)[GROUP + ["requests", "throughput", "acceptance_length", "wall_s"]]
+    else:
+        t = pd.DataFrame(columns=GROUP + ["requests", "throughput", "acceptance_length", "wall_s"])
+    out = keys.merge(counts, on=GROUP, how="left").merge(t, on=GROUP, how="left")
+    base = out[out["method"] == "none"][["exp", "dataset", "batch_size", "throughput"]].rename(
+        columns={"throughput": "baseline_throughput"})
+    out = out.merge(base, on=["exp", "dataset", "batch_size"], how="left")
+    out["speedup"] = out["throughput"] / out["baseline_throughput"]
+    out["requests"] = out["requests"].fillna(0).astype(int)
+    out["points"] = out["points"].astype(int)
+    out["failed"] = out["failed"].astype(int)
+    for c in ("throughput", "acceptance_length", "wall_s", "baseline_throughput", "speedup"):
+        out[c] = out[c].astype(float)
+    out["_r"] = out["method"].map(method_rank)
+    out = out.sort_values(["exp", "dataset", "_r", "method", "k", "batch_size"], na_position="first")
+    cols = ["exp", "model", "dataset", "method", "k", "config", "batch_size", "points", "failed", "requests",
+            "throughput", "baseline_throughput", "speedup", "acceptance_length", "wall_s"]
+    return out[cols].reset_index(drop=True)
+
+
+def pooled_acceptance(ok: pd.DataFrame) -> dict:
+    """Acceptance from the summed counters of successful points: length, rate, per-position rates."""
+    drafts = float(np.nansum(ok["num_drafts"].to_numpy(dtype=float))) if len(ok) else 0.0
+    drafted = float(np.nansum(ok["num_draft_tokens"].to_numpy(dtype=float))) if len(ok) else 0.0
+    acc = float(np.nansum(ok["num_accepted_tokens"].to_numpy(dtype=float))) if len(ok) else 0.0
+    per: list[float] = []
+    for v in ok["accepted_per_pos"]:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        vals = [float(x) for x in v]
+        per.extend([0.0] * (len(vals) - len(per)))
+        for i, x in enumerate(vals):
+            per[i] += x
+    return {
+        "drafts": drafts, "draft_tokens": drafted, "accepted": acc,
+        "acceptance_length": 1 + acc / drafts if drafts else math.nan,
+        "acceptance_rate": acc / drafted if drafted else math.nan,
+        "acceptance_rate_per_pos": [x / drafts for x in per] if drafts else [],
+    }
+
+
+def lossless_detail(points: pd.DataFrame) -> pd.DataFrame:
+    """Per experiment x configuration: points compared with / identical to no SD, acceptance, failures.
+
+    ``compared``: successful SD points whose no-SD point (same dataset, request, B) succeeded too;
+    ``identical``: of those, outputs equal to no SD's token for token (the first sequence of each batch);
+    ``batch_consistent``: successful points whose B sequences are all equal; ``counter_warnings``:
+    successful points whose SD counters were inconsistent (their ``error`` field).
+    """
+    from .engine import lossless_table
+
+    ok = _ok(points)
+    same = lossless_table(points) if len(ok) else pd.DataFrame(columns=["exp", "config", "points", "identical"])
+    same = same.set_index(["exp", "config"])
+    rows = []
+    for exp in sorted(points["exp"].unique()):
+        sub = points[points["exp"] == exp]
+        for cfg, method, k in config_order(sub):
+            g = sub[sub["config"] == cfg]
+            gok = _ok(g)
+            failed = g[g["status"] != "ok"]
+            warn = gok[gok["error"].notna() & (gok["error"].astype(str) != "")]
+            first = failed["error"].dropna().astype(str)
+            first_warn = warn["error"].dropna().astype(str)
+            acc = pooled_acceptance(gok) if method != "none" else {}
+            cmp_pts = int(same.loc[(exp, cfg), "points"]) if (exp, cfg) in same.index else 0
+            ident = int(same.loc[(exp, cfg), "identical"]) if (exp, cfg) in same.index else 0
+            distinct = pd.to_numeric(gok["distinct_outputs"], errors="coerce") if "distinct_outputs" in gok else None
+            rows.append({
+                "exp": exp, "config": cfg, "method": method, "k": k, "points": len(g), "ok": len(gok),
+                "failed": len(failed), "compared": cmp_pts if method != "none" else None,
+                "identical": ident if method != "none" else None,
+                "identical_fraction": (ident / cmp_pts if cmp_pts else math.nan) if method != "none" else math.nan,
+                "batch_consistent": int((distinct == 1).sum()) if distinct is not None else None,
+                "acceptance_length_mean": float(gok["acceptance_length"].mean()) if method != "none" and len(gok)
+                else math.nan,
+                "acceptance_length": acc.get("acceptance_length", math.nan),
+                "acceptance_rate": acc.get("acceptance_rate", math.nan),
+                "acceptance_rate_per_pos": " ".join(f"{x:.4f}" for x in acc.get("acceptance_rate_per_pos", [])),
+                "counter_warnings": len(warn),
+                "first_error": first.iloc[0] if len(first) else "",
+                "first_counter_warning": first_warn.iloc[0] if len(first_warn) else "",
+            })
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["k"] = out["k"].astype("Int64")
+        for c in ("compared", "identical", "batch_consistent"):
+            out[c] = out[c].astype("Int64")
+    return out
+
+
+def identical_by_dataset(points: pd.DataFrame) -> pd.DataFrame:
+    """(exp, dataset, config) -> compared, identical (as :func:`engine.lossless_table`, split by dataset)."""
+    from .engine import lossless_table
+
+    frames = []
+    for ds in sorted(points["dataset"].unique()):
+        sub = points[points["dataset"] == ds]
+        if (_ok(sub)["method"] != "none").any():
+            t = lossless_table(sub)
+            frames.append(t.assign(dataset=ds))
+    if not frames:
+        return pd.DataFrame(columns=["exp", "config", "points", "identical", "dataset"])
+    return pd.concat(frames, ignore_index=True)
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def _finite(v) -> bool:
+    return v is not None and not (isinstance(v, float) and math.isnan(v)) and not pd.isna(v)
+
+
+def engine_metrics(points: pd.DataFrame, run_kind: str) -> dict:
+    """Flat ``{key: value}`` metrics of the engine points (keys in the module docstring)."""
+    if run_kind not in RUN_KINDS:
+        raise SpecReproError(f"run kind {run_kind!r} is not one of {', '.join(RUN_KINDS)}")
+    points = normalise(points)
+    out: dict[str, float] = {
+        "engine.points.ok": int((points["status"] == "ok").sum()),
+        "engine.points.failed": int((points["status"] != "ok").sum()),
+    }
+    t = speedup_points(points)
+    for r in t.itertuples(index=False):
+        pre = f"engine.{r.exp}.{r.dataset}.{r.config}"
+        b = f"b{int(r.batch_size)}"
+        if _finite(r.throughput):
+            out[f"{pre}.throughput.{b}"] = float(r.throughput)
+        if r.method != "none":
+            if _finite(r.speedup):
+                out[f"{pre}.speedup.{b}"] = float(r.speedup)
+            if _finite(r.acceptance_length):
+                out[f"{pre}.acceptance_length.{b}"] = float(r.acceptance_length)
+    # speedup drop from the smallest batch size to every other one
+    sd = t[(t["method"] != "none") & t["speedup"].notna()]
+    for (exp, ds, cfg), g in sd.groupby(["exp", "dataset", "config"]):
+        g = g.sort_values("batch_size")
+        b0, s0 = int(g["batch_size"].iloc[0]), float(g["speedup"].iloc[0])
+        for r in g.iloc[1:].itertuples(index=False):
+            if s0:
+                out[f"engine.{exp}.{ds}.{cfg}.speedup_drop_pct.b{b0}_b{int(r.batch_size)}"] = \
+                    100.0 * (s0 - float(r.speedup)) / s0
+    # pooled acceptance rates from the counters
+    ok = _ok(points)
+    ok = ok[ok["method"] != "none"]
+    for (exp, ds, cfg), g in ok.groupby(["exp", "dataset", "config"]):
+        pre = f"engine.{exp}.{ds}.{cfg}"
+        a = pooled_acceptance(g)
+        for j, x in enumerate(a["acceptance_rate_per_pos"], start=1):
+            out[f"{pre}.acceptance_rate_pos{j}"] = x
+        for b, gb in g.groupby("batch_size"):
+            ab = pooled_acceptance(gb)
+            if _finite(ab["acceptance_rate"]):
+                out[f"{pre}.acceptance_rate.b{int(b)}"] = ab["acceptance_rate"]
+            for j, x in enumerate(ab["acceptance_rate_per_pos"], start=1):
+                out[f"{pre}.acceptance_rate_pos{j}.b{int(b)}"] = x
+    for r in identical_by_dataset(points).itertuples(index=False):
+        if r.points:
+            out[f"engine.{r.exp}.{r.dataset}.{r.config}.identical_fraction"] = r.identical / r.points
+    return dict(sorted(out.items()))
+
+
+# --- the CLI verb -------------------------------------------------------------------------------
+
+
+def add_cli(sub) -> None:
+    """``specrepro engine-metrics``: engine points -> metrics JSON (+ speedup and lossless CSVs)."""
+    p = sub.add_parser("engine-metrics", help="engine points -> metrics JSON for the claims table (+ CSV tables)")
+    p.add_argument("--points", nargs="+", required=True, help="bench tables (results/engine/<exp>/bench/*.parquet)")
+    p.add_argument("--run-config", required=True, help="results/run_config.json (its run.kind is recorded)")
+    p.add_argument("-o", "--output", required=True, help="metrics JSON (results/metrics/engine.json)")
+    p.add_argument("--speedup-csv", help="per exp x dataset x config x batch size: throughput, speedup, failures")
+    p.add_argument("--lossless-csv", help="per exp x config: identical outputs, acceptance, failures")
+    p.set_defaults(func=run)
+
+
+def run(a) -> None:
+    from .io import read_json, write_csv, write_json
+
+    cfg = read_json(a.run_config)
+    kind = (cfg.get("run") or {}).get("kind")
+    points = load_points(a.points)
+    metrics = engine_metrics(points, kind)
+    if a.speedup_csv:
+        write_csv(a.speedup_csv, speedup_points(points).assign(run_kind=kind), float_format="%.10g")
+    if a.lossless_csv:
+        write_csv(a.lossless_csv, lossless_detail(points).assign(run_kind=kind), float_format="%.10g")
+    write_json(a.output, metrics)
+
+
+def first_errors(points: pd.DataFrame, limit: int = 3) -> list[str]:
+    """Distinct errors of failed points, most frequent first (at most ``limit``)."""
+    err = points.loc[points["status"] != "ok", "error"].dropna().astype(str)
+    counts = err.value_counts()
+    return [f"{e} ({n}x)" for e, n in sorted(counts.items(), key=lambda t: (-t[1], t[0]))[:limit]]
+
+
+def paper_engine_values(registry: str | Path | None) -> dict[str, float]:
+    """The paper's engine values by metric key, from the claims registry (empty without one)."""
+    if not registry:
+        return {}
+    from .claims import load_claims
+
+    return {c.measured_by: c.value for c in load_claims(registry) if c.evidence == "engine" and c.measured_by}
+

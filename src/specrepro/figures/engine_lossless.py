@@ -1,0 +1,89 @@
+"""Table: is speculative decoding lossless here? Outputs against no SD, acceptance, failed points."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ..engine_metrics import config_label_text, load_points, lossless_detail
+from ..io import write_csv, write_text
+from ..latex import tex_breakable, tex_escape
+
+SPEC = FigureSpec(
+    name="tab_lossless",
+    kind="table",
+    title="Lossless check and acceptance of the engine runs",
+    paper_ref="Sec. 2 (greedy SD is lossless); Figs. 1, 3",
+    caption=(
+        "Per experiment and configuration of the engine runs ({subject_label}): of the points (request x batch "
+        "size) that can be compared with the no-SD point of the same request and batch size, how many gave the "
+        "identical output token for token (identical/compared) (greedy decoding: SD should change nothing, but batched floating-point kernels "
+        "may); acceptance length (1 + accepted / drafts) and acceptance rate (accepted / draft tokens) and the "
+        "acceptance rate of each draft position, all from vLLM's summed counters over the successful points; "
+        "failed points (failed/all) and the first error. On a CPU run the models are tiny and randomly initialised."
+    ),
+    paper_statement=(
+        "With greedy sampling speculative decoding leaves the output unchanged; only speed differs between "
+        "methods. Acceptance falls with the draft position (GLM-4.5-Air MTP on GPQA: 0.92, 0.68, 0.38)."
+    ),
+    data="engine runs",
+)
+
+ERROR_CHARS = 70
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--points", nargs="+", required=True, help="bench tables (results/engine/<exp>/bench/*.parquet)")
+    p.add_argument("--csv", required=True, help="the same table as CSV (full error texts)")
+
+
+def _num(v, fmt: str = "{:.2f}") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v):
+        return "--"
+    return fmt.format(v)
+
+
+def _short(text: str) -> str:
+    text = str(text or "")
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 1] + "…"
+
+
+def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
+    lines = [
+        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.11\textwidth}l r rr l r >{\raggedright\arraybackslash}p{0.15\textwidth}@{}}",
+        r"\toprule",
+        r"Exp. & Config. & identical & acc.\ len. & acc.\ rate & per position & failed & first error \\",
+        r"\midrule",
+    ]
+    prev = None
+    for r in t.itertuples(index=False):
+        if prev is not None and r.exp != prev:
+            lines.append(r"\addlinespace")
+        exp = tex_breakable(r.exp) if r.exp != prev else ""
+        prev = r.exp
+        k = None if pd.isna(r.k) else int(r.k)
+        pos = " ".join(f"{float(x):.2f}" for x in str(r.acceptance_rate_per_pos).split()) or "--"
+        err = r.first_error or (f"(counters) {r.first_counter_warning}" if r.first_counter_warning else "")
+        ident = "--" if r.method == "none" else f"{int(r.identical)}/{int(r.compared)}"
+        err_tex = f"{{\\scriptsize {tex_breakable(_short(err))}}}" if err else "--"
+        cfg = tex_escape(config_label_text(r.method, k, ctx.proposers))
+        lines.append(
+            f"{exp} & {cfg} & {ident} & {_num(r.acceptance_length)} & {_num(r.acceptance_rate)} & {pos} & "
+            f"{int(r.failed)}/{int(r.points)} & {err_tex} \\\\"
+        )
+    if not len(t):
+        lines.append(r"\multicolumn{8}{c}{no engine points} \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def build(args, ctx: TraceContext) -> None:
+    t = lossless_detail(load_points(args.points))
+    order = {e["name"]: i for i, e in enumerate(ctx.experiments)}
+    if len(t):
+        t = t.assign(_o=t["exp"].map(lambda x: order.get(x, len(order)))).sort_values(
+            ["_o", "exp"], kind="mergesort").drop(columns="_o").reset_index(drop=True)
+    write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.10g")
+    write_text(args.output, to_latex(t, ctx))

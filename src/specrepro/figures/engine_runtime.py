@@ -1,0 +1,131 @@
+"""Table: what the engine runs cost: wall time per configuration, device, points, device-hours."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ..engine_metrics import config_label_text, config_order, load_points
+from ..io import SpecReproError, read_json, write_csv, write_text
+from ..latex import tex_breakable, tex_escape
+
+SPEC = FigureSpec(
+    name="tab_runtime",
+    kind="table",
+    title="Run time of the engine runs",
+    paper_ref="--",
+    caption=(
+        "Run time of each engine configuration ({subject_label}): measured seconds (sum of the timed generate "
+        "calls of its points; warm-up excluded), model load time (from the job's record, when it loaded a model), "
+        "the device the points ran on, points run and failed, and device-hours = (measured + load) x devices "
+        "/ 3600, with devices the GPU count of the device string (GPU runs; CPU runs count one process as one "
+        "CPU)."
+    ),
+    paper_statement="The paper does not report run times; this table is for planning a rerun.",
+    data="engine runs",
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--points", nargs="+", required=True, help="bench tables (results/engine/<exp>/bench/*.parquet)")
+    p.add_argument("--meta", nargs="*", default=[], help="the bench records (results/engine/<exp>/bench/*.json)")
+    p.add_argument("--csv", help="the same table as CSV")
+
+
+def device_count(device: str, kind: str, fallback: int = 1) -> int:
+    """GPUs in ``"4x NVIDIA H100 80GB HBM3"``; 1 on a CPU run."""
+    if kind != "gpu":
+        return 1
+    m = re.match(r"\s*(\d+)\s*x\s", device or "")
+    return int(m.group(1)) if m else fallback
+
+
+def load_meta(paths) -> dict:
+    out = {}
+    for p in paths:
+        m = read_json(p)
+        if not isinstance(m, dict) or "exp" not in m or "config" not in m:
+            raise SpecReproError(f"{p}: not a bench record (needs exp and config)")
+        out[(m["exp"], m["config"])] = m
+    return out
+
+
+def runtime_table(points: pd.DataFrame, meta: dict, ctx: TraceContext) -> pd.DataFrame:
+    model_of = {e["name"]: e["model"] for e in ctx.experiments}
+    order = {e["name"]: i for i, e in enumerate(ctx.experiments)}
+    rows = []
+    for exp in sorted(points["exp"].unique(), key=lambda x: (order.get(x, len(order)), x)):
+        sub = points[points["exp"] == exp]
+        for cfg, method, k in config_order(sub):
+            g = sub[sub["config"] == cfg]
+            devs = sorted(set(g["device"].dropna().astype(str))) if "device" in g else []
+            device = "; ".join(devs) if devs else "unknown"
+            m = meta.get((exp, cfg), {})
+            load = m.get("load_s")
+            load = float(load) if load is not None else math.nan
+            measured = float(pd.to_numeric(g["wall_s"], errors="coerce").sum())
+            n_dev = max([device_count(d, ctx.run_kind) for d in devs] or [1])
+            hours = (measured + (0.0 if math.isnan(load) else load)) * n_dev / 3600
+            rows.append({
+                "exp": exp, "model": model_of.get(exp, g["model"].iloc[0]), "config": cfg, "method": method, "k": k,
+                "device": device, "devices": n_dev, "points": len(g), "failed": int((g["status"] != "ok").sum()),
+                "measured_s": measured, "load_s": load, "device_hours": hours,
+                "device_hours_unit": "GPU-hours" if ctx.run_kind == "gpu" else "CPU-hours",
+            })
+    t = pd.DataFrame(rows)
+    if len(t):
+        t["k"] = t["k"].astype("Int64")
+    return t
+
+
+def _secs(v: float) -> str:
+    return "--" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1f}"
+
+
+def _hours(v: float) -> str:
+    if v >= 0.995 or v == 0:
+        return f"{v:.2f}"
+    return np.format_float_positional(v, precision=2, unique=False, fractional=False, trim="-")
+
+
+def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
+    unit = "GPU-hours" if ctx.run_kind == "gpu" else "CPU-hours"
+    lines = [
+        r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.15\textwidth} rr rr r@{}}",
+        r"\toprule",
+        f"Exp. & Config. & device & points & failed & timed (s) & load (s) & {unit} \\\\",
+        r"\midrule",
+    ]
+    prev = None
+    for r in t.itertuples(index=False):
+        if prev is not None and r.exp != prev:
+            lines.append(r"\addlinespace")
+        exp = tex_breakable(r.exp) if r.exp != prev else ""
+        prev = r.exp
+        k = None if pd.isna(r.k) else int(r.k)
+        lines.append(
+            f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers))} & {tex_escape(r.device)} & "
+            f"{r.points} & {r.failed} & {_secs(r.measured_s)} & {_secs(r.load_s)} & {_hours(r.device_hours)} \\\\"
+        )
+    if len(t):
+        load = t["load_s"].sum(skipna=True) if t["load_s"].notna().any() else math.nan
+        lines += [
+            r"\midrule",
+            f"total & & & {int(t['points'].sum())} & {int(t['failed'].sum())} & {_secs(float(t['measured_s'].sum()))} "
+            f"& {_secs(float(load))} & {_hours(float(t['device_hours'].sum()))} \\\\",
+        ]
+    else:
+        lines.append(r"\multicolumn{8}{c}{no engine points} \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def build(args, ctx: TraceContext) -> None:
+    t = runtime_table(load_points(args.points), load_meta(args.meta), ctx)
+    if args.csv:
+        write_csv(args.csv, t, float_format="%.10g")
+    write_text(args.output, to_latex(t, ctx))

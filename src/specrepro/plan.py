@@ -1,0 +1,89 @@
+"""The bill before the run: every engine job of a config with its estimated device time.
+
+Estimate of one measured point (B copies of a request): the target's no-SD time from a cost model,
+one prefill step T(0, B·P) plus L decode steps T(B·(P+j), B) + overhead, P = prompt tokens and
+L = expected output tokens (``datasets.<d>.expected_output_tokens``, else ``max_output_tokens``:
+an upper bound). Speculative configurations are charged the same (no speedup assumed), so the plan
+errs long. The cost model's hardware and model are scaled to other targets by weight bytes per GPU
+(``size_gb / tensor_parallel_size`` against the cost model's own target), a first-order rule:
+decoding is memory-bound, its step time grows with the bytes each GPU reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pandas as pd
+
+from .costmodel import load_cost_model
+
+#: prompt length assumed where a dataset gives none (tokens)
+DEFAULT_PROMPT_TOKENS = 512
+#: weights of the built-in cost model's target (Llama-3.1-8B-Instruct, bf16), GB
+COST_MODEL_TARGET_GB = 16.1
+
+
+def point_seconds(cm, batch_size: int, prompt_tokens: float, output_tokens: float, scale: float = 1.0) -> float:
+    """No-SD time of one point under cost model ``cm`` (closed form of the per-step sum)."""
+    b, p, n = batch_size, float(prompt_tokens), int(round(output_tokens))
+    prefill = cm.target(0, b * p)
+    # sum_{j=1..n} c_kv*B*(p+j) + c_compute*B + c_fixed
+    decode = cm.c_kv * b * (n * p + n * (n + 1) / 2) + n * (cm.c_compute * b + cm.c_fixed)
+    return scale * (prefill + decode) + (n + 1) * cm.overhead
+
+
+def _configs(exp: Mapping[str, Any]):
+    for m in exp["methods"]:
+        for k in m.get("k") or [None]:
+            ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
+            yield ("none" if m["method"] == "none" else f"{m['method']}-k{k}"), ds
+
+
+def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> pd.DataFrame:
+    """One row per engine job (bench and profile) with points, GPUs and estimated device hours."""
+    cm = load_cost_model(cost_model)
+    rows = []
+    prof = cfg.get("profiling", {})
+    for exp in cfg.get("experiments", []):
+        model = cfg["models"][exp["model"]]
+        gpus = int(model.get("tensor_parallel_size", 1))
+        size = (model.get("source", {}).get("hf") or {}).get("size_gb")
+        scale = (size / gpus) / COST_MODEL_TARGET_GB if size else 1.0
+        for label, datasets in _configs(exp):
+            for kind, bs, nreq, dss in (
+                ("bench", exp["batch_sizes"], exp.get("num_requests"), datasets),
+                ("profile", prof.get("batch_sizes", []), prof.get("num_requests"),
+                 [] if exp.get("thinking") else [d for d in prof.get("datasets", []) if d in datasets]),
+            ):
+                secs, points = 0.0, 0
+                for d in dss:
+                    dcfg = cfg["datasets"][d]
+                    n = min(int(nreq or dcfg["num_samples"]), int(dcfg["num_samples"]))
+                    cap = int(exp.get("max_output_tokens") or dcfg["max_output_tokens"])
+                    out = min(float(dcfg.get("expected_output_tokens") or cap), cap)
+                    p = float(dcfg.get("expected_prompt_tokens") or DEFAULT_PROMPT_TOKENS)
+                    secs += n * sum(point_seconds(cm, int(b), p, out, scale) for b in bs)
+                    points += n * len(bs)
+                if points:
+                    rows.append({"exp": exp["name"], "job": kind, "config": label, "model": exp["model"], "gpus": gpus,
+                                 "points": points, "est_hours": secs / 3600, "est_gpu_hours": secs * gpus / 3600})
+    return pd.DataFrame(rows, columns=["exp", "job", "config", "model", "gpus", "points", "est_hours", "est_gpu_hours"])
+
+
+def job_minutes(table: pd.DataFrame, exp: str, config: str, job: str = "bench") -> float | None:
+    m = table[(table["exp"] == exp) & (table["config"] == config) & (table["job"] == job)]
+    return float(m["est_hours"].iloc[0] * 60) if len(m) else None
+
+
+def format_plan(table: pd.DataFrame) -> str:
+    """The plan as aligned text, with the total."""
+    if table.empty:
+        return "no engine jobs in this config"
+    lines = [f"{'experiment':<22} {'job':<8} {'config':<16} {'GPUs':>4} {'points':>7} {'est. GPU-h':>10}"]
+    for r in table.itertuples(index=False):
+        lines.append(f"{r.exp:<22} {r.job:<8} {r.config:<16} {r.gpus:>4} {r.points:>7} {r.est_gpu_hours:>10.2f}")
+    lines.append(f"{'total':<22} {'':<8} {'':<16} {'':>4} {int(table['points'].sum()):>7} "
+                 f"{table['est_gpu_hours'].sum():>10.2f}")
+    lines.append("(estimate: cost-model no-SD time, every SD job charged as no-SD; scaled by weight bytes per GPU;"
+                 " output lengths = datasets.<d>.expected_output_tokens, else the output cap)")
+    return "\n".join(lines)

