@@ -11,6 +11,15 @@ from conftest import REPO, run_snakemake
 
 pytestmark = pytest.mark.e2e
 RELEASED = "h100-llama3.1-8b"
+ENGINE_FIGURES = ("fig01_speedup", "fig03_reasoning", "fig04_breakdown", "fig_costfit")
+ENGINE_TABLES = ("tab_lossless", "tab_runtime", "tab_memory")
+ANALYSIS_RULES = (
+    "trace_tables", "fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span", "tab_acceptance_stats",
+    "ngram_trace", "prompt_bleu", "simulate_paper", "simulate_fig9", "simulate_recomputed", "simulate_variant",
+    "simulator_metrics", "fig10_sim_speedup", "fig12_oracle_combine", "tab_oracle_gap", "fig09_bleu_ngram",
+    "tab_sim_beyond", "fig_sim_beyond", "tab_ngram_agreement", "greedy_outputs", "merged_engine_traces", "speedup_metrics",
+    *ENGINE_FIGURES, *ENGINE_TABLES, "claims",
+)
 
 
 def digest(path):
@@ -72,10 +81,31 @@ def test_rerun_is_byte_identical(cpu_run):
     outputs += [cpu_run / "results" / f"metrics/acceptance-{RELEASED}.json", cpu_run / "results" / "claims.csv"]
     outputs += [cpu_run / "results" / f"metrics/simulator-{RELEASED}.json"]
     outputs += sorted((cpu_run / "results" / "simulator" / RELEASED / "paper").glob("*.csv"))
+    outputs += [cpu_run / "figures" / f"{n}-engine.{e}" for n in ENGINE_FIGURES for e in ("pdf", "csv")]
+    outputs += [cpu_run / "figures" / f"{n}-engine.{e}" for n in ENGINE_TABLES for e in ("tex", "csv")]
+    outputs += [cpu_run / "results" / "metrics" / f for f in ("engine.json", "engine-memory.json", "engine-breakdown.json")]
     before = {p: digest(p) for p in outputs}
-    proc = run_snakemake(["--profile", "profiles/cpu", "--directory", str(cpu_run), "--forceall", "--until", "claims"], cwd=REPO)
+    # every analysis step again, from the same engine results (the engine jobs themselves measure time)
+    proc = run_snakemake(["--profile", "profiles/cpu", "--directory", str(cpu_run), "--forcerun", *ANALYSIS_RULES,
+                          "--until", "claims"], cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert {p: digest(p) for p in outputs} == before
+
+
+def test_engine_figures_in_the_report_labelled_as_cpu(cpu_run):
+    tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
+    for n in ENGINE_FIGURES:
+        assert f"{n}-engine.pdf" in tex
+    for n in ENGINE_TABLES:
+        assert f"{n}-engine.tex" in tex
+    assert "not evidence for the paper" in tex
+    # acceptance figures of the engine traces too (every method the CPU run traces)
+    assert "fig05_acceptance_heatmap-engine-tiny-llama.pdf" in tex
+    lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
+    sd = lossless[lossless["method"] != "none"]
+    assert (sd["identical"] == sd["compared"]).all() and set(sd["method"]) >= {"ngram", "eagle", "eagle3", "draft_model"}
+    self_draft = lossless[(lossless["exp"] == "tiny-llama-selfdraft") & (lossless["method"] == "draft_model")].iloc[0]
+    assert self_draft["acceptance_length"] == 4.0  # a draft identical to the target: k + 1
 
 
 def test_nothing_left_to_do(cpu_run):

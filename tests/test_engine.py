@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -222,3 +223,24 @@ def test_killed_sweep_resumes_without_redoing_points_and_matches_an_uninterrupte
             "finish_reason", "distinct_outputs"]
     pd.testing.assert_frame_equal(resumed[cols], reference[cols])
     assert [list(x) for x in resumed["output_token_ids"]] == [list(x) for x in reference["output_token_ids"]]
+
+
+def test_fig9_engine_buckets_hand_computed():
+    from specrepro.engine_metrics import bleu_bucket_metrics, request_bleu
+
+    prompt = list(range(10, 30))
+    prompts = pd.DataFrame({"exp": "x", "dataset": "ic", "request_index": [0, 1],
+                            "prompt_token_ids": [prompt, prompt]})
+    rows = []
+    outs = {0: prompt[:12], 1: [900 + i for i in range(12)]}  # request 0 copies its prompt (BLEU 1), 1 shares nothing
+    for cfg, method, tps in (("none", "none", (10, 10)), ("ngram-k3", "ngram", (30, 8)), ("eagle-k3", "eagle", (20, 16))):
+        for r in (0, 1):
+            rows.append(dict(exp="x", dataset="ic", request_index=r, config=cfg, method=method, batch_size=1,
+                             status="ok", throughput=float(tps[r]), output_token_ids=outs[r]))
+    t = request_bleu(pd.DataFrame(rows), prompts)
+    assert sorted(t.drop_duplicates("request_index")["bleu4"].round(6)) == [0.0, round(math.exp(1 - 20 / 12), 6)]
+    m = bleu_bucket_metrics(t, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    # request 1 (BLEU 0): n-gram 8 vs EAGLE 16 -> -50 %; request 0: BLEU = brevity penalty exp(1 - 20/12) = 0.51
+    assert m["engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.0-0.2.b1"] == pytest.approx(-50.0)
+    assert m["engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.4-0.6.b1"] == pytest.approx(50.0)
+    assert len(m) == 2

@@ -606,10 +606,31 @@ def _profile(sub) -> None:
     p.set_defaults(func=run)
 
 
+
+def _image_record(sub) -> None:
+    p = sub.add_parser("image-record", help="provenance of an engine image: its definition, lock and .sif checksums")
+    p.add_argument("--name", required=True)
+    p.add_argument("--definition", required=True)
+    p.add_argument("--lock", required=True)
+    p.add_argument("--image", required=True)
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        from .io import sha256_file, write_json
+
+        files = {Path(f).name: sha256_file(f) for f in (a.definition, a.lock, a.image)}
+        write_json(a.output, {"name": a.name, "kind": "image", "source": "build", "repo": None,
+                              "revision": files[Path(a.lock).name][:16], "requested_revision": None,
+                              "path": str(Path(a.image).resolve()), "files": files,
+                              "bytes": Path(a.image).stat().st_size})
+
+    p.set_defaults(func=run)
+
+
 VERBS = (
     _write_json, _fetch_trace, _trace_tables, _ngram_trace, _simulate, _sim_metrics, _prompt_bleu, _figure,
     _claims, _report, _check_config, _preflight, _fetch_model, _fetch_dataset, _manifest,
-    _engine_prompts, _bench, _profile, _engine_outputs, _merge_traces, _plan,
+    _image_record, _engine_prompts, _bench, _profile, _engine_outputs, _merge_traces, _plan,
 )
 
 #: modules that add their own verbs (``add_cli(sub)``)

@@ -21,6 +21,7 @@ def engine_resources(model: Mapping[str, Any], cluster: Mapping[str, Any], estim
     gpus = int(model.get("tensor_parallel_size", 1))
     if estimate_min is not None:
         runtime = max(int(math.ceil(estimate_min * float(cluster.get("runtime_factor", 1.5)))), 10)
+        runtime = min(runtime, int(cluster.get("runtime_max_min", 2880)))
     else:
         runtime = int(cluster.get("runtime_min", 240))
     out = {

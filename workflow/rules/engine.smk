@@ -82,10 +82,10 @@ rule engine_profile:
         exp=name_regex({x for x, _ in PROFILE_JOBS}),
         config=name_regex({c for _, c in PROFILE_JOBS}),
     resources:
-        gpu=engine_job_resources("gpu"),
-        runtime=engine_job_resources("runtime"),
-        mem_mb=engine_job_resources("mem_mb"),
-        cpus_per_gpu=engine_job_resources("cpus_per_gpu"),
+        gpu=engine_job_resources("gpu", "profile"),
+        runtime=engine_job_resources("runtime", "profile"),
+        mem_mb=engine_job_resources("mem_mb", "profile"),
+        cpus_per_gpu=engine_job_resources("cpus_per_gpu", "profile"),
     log:
         "logs/engine_profile/{exp}/{config}.log",
     container:
@@ -97,7 +97,7 @@ rule engine_profile:
         " {params.drafter} {params.cost_sweep} --events {output.events:q} --breakdown {output.breakdown:q} --steps {output.steps:q} 2> {log}"
 
 
-rule engine_outputs:
+rule greedy_outputs:
     """The no-SD greedy outputs of an experiment (smallest batch size), the input of its acceptance traces."""
     input:
         points="results/engine/{exp}/bench/none.parquet",
@@ -107,7 +107,7 @@ rule engine_outputs:
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
     log:
-        "logs/engine_outputs/{exp}.log",
+        "logs/greedy_outputs/{exp}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
@@ -129,8 +129,10 @@ rule engine_trace:
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
         method=name_regex(TRACEABLE),
+    # the head is rolled forward in plain PyTorch, float32, on the host
     resources:
         gpu=engine_job_resources("gpu"),
+        mem_mb=trace_mem_mb,
     log:
         "logs/engine_trace/{exp}/{method}/{dataset}.log",
     container:
@@ -142,7 +144,7 @@ rule engine_trace:
         " --target-manifest {input.target:q} {params.drafter} {params.ngram} --k 20 -o {output:q} 2> {log}"
 
 
-rule engine_trace_set:
+rule merged_engine_traces:
     """One trace file per dataset with every method's acc_len: the released-trace format, for the acceptance figures."""
     input:
         lambda wc: [f"results/engine/{wc.exp}/traces/{m}/{wc.dataset}.jsonl" for m in engine_trace_methods(wc.exp)],
@@ -151,7 +153,7 @@ rule engine_trace_set:
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
     log:
-        "logs/engine_trace_set/{exp}/{dataset}.log",
+        "logs/merged_engine_traces/{exp}/{dataset}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
@@ -161,22 +163,27 @@ rule engine_trace_set:
 # --- summaries, metrics for the claims table, figures ---------------------------------------
 
 
-rule engine_metrics:
-    """Speedup and lossless tables over every engine job; flat metrics for the claims table."""
+rule speedup_metrics:
+    """Speedup, lossless and BLEU-bucket (Fig. 9) tables over every engine job; flat metrics for the claims table."""
     input:
         config=RUN_CONFIG,
         points=all_bench_points(),
+        prompts=[prompts_file(x, d) for x in EXPERIMENTS for d in exp_configs(x).get("none", {}).get("datasets", [])],
     output:
         metrics="results/metrics/engine.json",
         speedup="results/engine/speedup.csv",
         lossless="results/engine/lossless.csv",
+        bleu="results/engine/bleu.csv",
+    params:
+        edges=" ".join(str(e) for e in (SIM.get("fig9") or {}).get("bleu_edges", [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])),
     log:
-        "logs/engine_metrics.log",
+        "logs/speedup_metrics.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "specrepro engine-metrics --points {input.points:q} --run-config {input.config} -o {output.metrics}"
-        " --speedup-csv {output.speedup} --lossless-csv {output.lossless} 2> {log}"
+        " --speedup-csv {output.speedup} --lossless-csv {output.lossless} --prompts {input.prompts:q}"
+        " --bleu-edges {params.edges} --bleu-csv {output.bleu} 2> {log}"
 
 
 rule fig01_speedup:
@@ -301,3 +308,22 @@ rule tab_memory:
     shell:
         "specrepro figure tab_memory --run-config {input.config} --subject engine --manifests {input.manifests:q}"
         " --meta {input.meta:q} --csv {output.csv} --metrics {output.metrics} -o {output.tex} 2> {log}"
+
+
+rule fig09_engine_bleu:
+    """Fig. 9 measured on the engine: n-gram over EAGLE by prompt-output BLEU-4 bucket and batch size."""
+    input:
+        config=RUN_CONFIG,
+        bleu="results/engine/bleu.csv",
+    output:
+        pdf="figures/fig09_engine_bleu-engine.pdf",
+        csv="figures/fig09_engine_bleu-engine.csv",
+    params:
+        edges=" ".join(str(e) for e in (SIM.get("fig9") or {}).get("bleu_edges", [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])),
+    log:
+        "logs/figures/fig09_engine_bleu-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig09_engine_bleu --run-config {input.config} --subject engine --bleu {input.bleu}"
+        " --edges {params.edges} --csv {output.csv} -o {output.pdf} 2> {log}"

@@ -2,19 +2,6 @@
 # heads (random weights, tokenizer trained on the prompt files). They write the same manifest as a
 # Hub download (inputs.smk), at the same path, so engine rules cannot tell them apart.
 
-BUILD_MODELS = {
-    model_name(m, d): model_source(model_name(m, d))["build"] for m, d in used_models() if "build" in model_source(model_name(m, d))
-}
-# the tokenizer of a built target is trained on every prompts file of the config (sorted: same bytes each run)
-BUILD_CORPUS = sorted({str(REPO / d["source"]["prompts_file"]) for d in config["datasets"].values() if "prompts_file" in d["source"]})
-
-
-def build_target_manifest(wc):
-    """A built drafter needs its target (tokenizer, hidden size); a built target needs nothing."""
-    model, _, method = wc.name.partition("/drafters/")
-    return [model_manifest(model)] if method else []
-
-
 rule build_model:
     """A tiny model with random weights (deterministic from its seed), for the CPU run."""
     input:

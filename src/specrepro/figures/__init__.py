@@ -28,6 +28,7 @@ MODULES = (
     "engine_reasoning",
     "engine_lossless",
     "engine_runtime",
+    "engine_bleu",
     "engine_breakdown",
     "engine_memory",
     "engine_costfit",

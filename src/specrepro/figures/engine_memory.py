@@ -212,6 +212,7 @@ def _ratio(v, fmt="{:.3f}x") -> str:
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
     lines = [
+        r"\resizebox{\linewidth}{!}{%",  # ten columns: shrink to the text width rather than run into the margin
         r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.12\textwidth}l rrr rrr rr@{}}",
         r"\toprule",
         r" & & \multicolumn{3}{c}{parameters / weights} & \multicolumn{3}{c}{KV bytes per token} & "
@@ -238,7 +239,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
         )
     if not len(t):
         lines.append(r"\multicolumn{10}{c}{no experiment uses a proposer} \\")
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    lines += [r"\bottomrule", r"\end{tabular}}", ""]
     return "\n".join(lines)
 
 
