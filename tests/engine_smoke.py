@@ -96,9 +96,9 @@ def spec_config(method: str) -> dict | None:
 
 
 @functools.lru_cache(maxsize=None)
-def engine_run(method: str) -> dict:
+def engine_run(method: str, max_tokens: int = MAX_TOKENS) -> dict:
     """One vLLM engine in a subprocess: greedy outputs of prompts() and the spec-decode counters."""
-    spec = {"model": tiny_models()["target"], "prompts": [list(p) for p in prompts()], "max_tokens": MAX_TOKENS,
+    spec = {"model": tiny_models()["target"], "prompts": [list(p) for p in prompts()], "max_tokens": max_tokens,
             "ignore_eos": True, "speculative_config": spec_config(method)}
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
     proc = subprocess.run([sys.executable, __file__, json.dumps(spec)], capture_output=True, text=True, env=env,

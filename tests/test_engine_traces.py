@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_smoke import K, engine_run, prompts, tiny_models  # noqa: E402
+from engine_smoke import K, MAX_TOKENS, engine_run, prompts, tiny_models  # noqa: E402
 
 from specrepro.engine_traces import (  # noqa: E402
     acc_from_draft_argmax, acc_from_drafts, add_cli, engine_traces, llama_forward, run_lengths, simulate_steps, _Model,
@@ -120,29 +120,34 @@ def _per_pos(steps: list[int], k: int) -> list[int]:
 @pytest.mark.engine
 def test_traces_agree_with_vllm_counters():
     """Walk each greedy output with the trace (cap k+1, starting after the prefill's token): the
-    number of drafts, accepted tokens and accepted tokens per draft position equal vLLM's counters."""
+    number of drafts, accepted tokens and accepted tokens per draft position equal vLLM's counters.
+
+    vLLM schedules full k-token drafts up to the last step and counts the rejection sampler's
+    accepted tokens before truncating them at ``max_tokens``, so a last step's drafts that match
+    the target's continuation past the output's end still count as accepted. The traces are
+    therefore computed on the greedy output extended by k tokens (same engine, larger
+    ``max_tokens``) and walked over the first ``MAX_TOKENS`` positions only."""
     pytest.importorskip("vllm")
     d = tiny_models()
     base = engine_run("none")["outputs"]
-    reqs = [{"id": str(i), "prompt_token_ids": list(p), "generated_token_ids": o} for i, (p, o) in enumerate(zip(prompts(), base))]
+    ext = engine_run("none", max_tokens=MAX_TOKENS + K)["outputs"]
+    assert [o[:MAX_TOKENS] for o in ext] == base and all(len(o) == MAX_TOKENS + K for o in ext)
+    reqs = [{"id": str(i), "prompt_token_ids": list(p), "generated_token_ids": o} for i, (p, o) in enumerate(zip(prompts(), ext))]
     cases = {"draft_model": ("draft_model", d["draft"]), "copy": ("draft_model", d["copy"]),
              "eagle": ("eagle", d["eagle"]), "eagle3": ("eagle3", d["eagle3"]), "ngram": ("ngram", None)}
-    seen_accepts = 0
+    seen_accepts = {}
     for run, (method, drafter) in cases.items():
         m = engine_run(run)["metrics"]
         tr = engine_traces(reqs, method, target_dir=d["target"], drafter_dir=drafter, k=K, ngram=(1, 3))
-        steps = [n for r in tr for n in simulate_steps(r[f"acc_{method}"]["acc_len"], K + 1)]
+        steps = [n for r in tr for n in simulate_steps(r[f"acc_{method}"]["acc_len"][:MAX_TOKENS], K + 1)]
         got = (m["vllm:spec_decode_num_drafts"], m["vllm:spec_decode_num_accepted_tokens"],
                m["vllm:spec_decode_num_accepted_tokens_per_pos"])
         want = (len(steps), sum(n - 1 for n in steps), _per_pos(steps, K))
         print(run, "engine", got, "trace", want)
-        if method in ("eagle", "eagle3"):
-            # KNOWN GAP: the first draft of every step agrees exactly; later draft positions do not yet
-            assert got[2][0] == want[2][0], run
-            continue
         if method != "ngram":  # ngram proposes nothing when no n-gram matches: no draft counted
             assert got[0] == want[0], run
         assert got[1:] == want[1:], run
-        if run != "copy":
-            seen_accepts += got[1]
-    assert seen_accepts > 0
+        seen_accepts[run] = got[2]
+    # not vacuous: every learned drafter gets drafts accepted, EAGLE-1 past the first position too
+    assert all(seen_accepts[r][0] > 0 for r in ("draft_model", "eagle", "eagle3")), seen_accepts
+    assert seen_accepts["eagle"][1] > 0, seen_accepts

@@ -436,21 +436,3 @@ def add_cli(sub) -> None:
             print(f"{a.output}: {role} R^2 = {f.r2:.4f} over {f.n_points} steps", file=sys.stderr)
 
     p.set_defaults(func=run)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m specrepro.costfit``) until cli.py registers the verb."""
-    ap = argparse.ArgumentParser(prog="specrepro")
-    sub = ap.add_subparsers(dest="verb", required=True)
-    add_cli(sub)
-    a = ap.parse_args(argv)
-    try:
-        a.func(a)
-    except SpecReproError as exc:
-        print(f"specrepro {a.verb}: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

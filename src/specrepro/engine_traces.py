@@ -7,6 +7,13 @@ the proposer's greedy proposal (up to ``k`` tokens) and ``output[i:]``. As in
 ``acc_len[i] <= min(k, L - i) + 1`` (at the last position a correct guess of the final token still
 counts, plus the target's own token after it).
 
+Comparing with an engine's counters: vLLM schedules full ``k``-token drafts up to the last step and
+counts the accepted tokens before truncating them at ``max_tokens``, so the last step's drafts that
+match the target's continuation *past* the recorded output still count as accepted there. To
+reproduce the counters (e.g. ``vllm:spec_decode_num_accepted_tokens_per_pos``) exactly, compute the
+trace on the greedy output extended by ``k`` tokens and walk only its first ``L`` positions (see
+``tests/test_engine_traces.py::test_traces_agree_with_vllm_counters``).
+
 ``draft_model``
     One teacher-forced pass of the draft model over prompt + output gives its argmax next token
     at every position; under greedy decoding a draft chain stays on the target's path exactly as

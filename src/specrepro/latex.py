@@ -38,3 +38,14 @@ def tex_breakable(text: object) -> str:
     for sep in ("-", ".", "/", r"\_"):
         out = out.replace(sep, sep + r"\allowbreak{}")
     return out
+
+
+def grouped_rows(rows, key: str, lines: list):
+    """(group label, row) per row: the label only on a group's first row, ``\\addlinespace`` between groups."""
+    prev = None
+    for r in rows:
+        g = getattr(r, key)
+        if prev is not None and g != prev:
+            lines.append(r"\addlinespace")
+        yield (tex_breakable(g) if g != prev else ""), r
+        prev = g

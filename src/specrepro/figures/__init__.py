@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import style as _style
+
 #: modules of this package that define a figure or table, in report order
 MODULES = (
     "acceptance_heatmap",
@@ -111,14 +113,7 @@ class TraceContext:
 ENGINE_SUBJECT = "engine"
 
 #: engine methods and their labels, in display order
-ENGINE_METHODS = {
-    "none": "no SD",
-    "ngram": "n-gram",
-    "eagle": "EAGLE",
-    "eagle3": "EAGLE-3",
-    "draft_model": "draft model",
-    "mtp": "MTP",
-}
+ENGINE_METHODS = {k: v for k, v in _style.METHOD_LABELS.items() if k != "combined"}
 
 
 def engine_context(run_config: dict) -> TraceContext:

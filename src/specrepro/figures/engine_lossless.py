@@ -9,7 +9,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ..engine_metrics import config_label_text, load_points, lossless_detail
 from ..io import write_csv, write_text
-from ..latex import tex_breakable, tex_escape
+from ..latex import grouped_rows, tex_breakable, tex_escape
 
 SPEC = FigureSpec(
     name="tab_lossless",
@@ -57,12 +57,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
         r"Exp. & Config. & identical & acc.\ len. & acc.\ rate & per position & failed & first error \\",
         r"\midrule",
     ]
-    prev = None
-    for r in t.itertuples(index=False):
-        if prev is not None and r.exp != prev:
-            lines.append(r"\addlinespace")
-        exp = tex_breakable(r.exp) if r.exp != prev else ""
-        prev = r.exp
+    for exp, r in grouped_rows(t.itertuples(index=False), "exp", lines):
         k = None if pd.isna(r.k) else int(r.k)
         pos = " ".join(f"{float(x):.2f}" for x in str(r.acceptance_rate_per_pos).split()) or "--"
         err = r.first_error or (f"(counters) {r.first_counter_warning}" if r.first_counter_warning else "")

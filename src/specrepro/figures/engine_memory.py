@@ -26,7 +26,7 @@ import pandas as pd
 
 from . import ENGINE_METHODS, FigureSpec, TraceContext
 from ..io import SpecReproError, read_json, write_csv, write_json, write_text
-from ..latex import tex_breakable, tex_escape
+from ..latex import grouped_rows, tex_escape
 from ..memory import MEMORY_COLUMNS, memory_table
 
 SPEC = FigureSpec(
@@ -221,12 +221,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
         r"Exp. & Method & target & drafter & ratio & target & drafter & ratio & KV/token (check) & params (check) \\",
         r"\midrule",
     ]
-    prev = None
-    for r in t.itertuples(index=False):
-        if prev is not None and r.exp != prev:
-            lines.append(r"\addlinespace")
-        exp = tex_breakable(r.exp) if r.exp != prev else ""
-        prev = r.exp
+    for exp, r in grouped_rows(t.itertuples(index=False), "exp", lines):
         vkv = "--" if math.isnan(r.vllm_kv_bytes_per_token) else \
             f"{int(r.vllm_kv_bytes_per_token)} ({_ratio(r.vllm_kv_check, '{:.2f}')})"
         vp = "--" if math.isnan(r.vllm_params) else f"{_count(r.vllm_params)} ({_ratio(r.vllm_params_check, '{:.2f}')})"

@@ -11,7 +11,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ..engine_metrics import config_label_text, config_order, load_points
 from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import tex_breakable, tex_escape
+from ..latex import grouped_rows, tex_escape
 
 SPEC = FigureSpec(
     name="tab_runtime",
@@ -100,12 +100,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
         f"Exp. & Config. & device & points & failed & timed (s) & load (s) & {unit} \\\\",
         r"\midrule",
     ]
-    prev = None
-    for r in t.itertuples(index=False):
-        if prev is not None and r.exp != prev:
-            lines.append(r"\addlinespace")
-        exp = tex_breakable(r.exp) if r.exp != prev else ""
-        prev = r.exp
+    for exp, r in grouped_rows(t.itertuples(index=False), "exp", lines):
         k = None if pd.isna(r.k) else int(r.k)
         lines.append(
             f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers))} & {tex_escape(r.device)} & "
