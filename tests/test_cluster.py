@@ -100,7 +100,7 @@ def test_cpu_run_through_slurm(tmp_path):
     proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
                      "--profile", str(REPO / "profiles" / "cpu"), "--executor", "slurm", "--jobs", "4",
                      "--slurm-status-command", "squeue",  # the CI cluster keeps no accounting (sacct)
-                     "--default-resources", "mem_mb=1000", "runtime=30", timeout=1500)
+                     "--default-resources", "mem_mb=1000", "runtime=30", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp_path / "paper" / "report.pdf").exists()
     # the plugin deletes the logs of successful jobs; Snakemake's own log names every submission

