@@ -148,16 +148,6 @@ def profile_prompts(batch_size: int, prompt_len: int, vocab_size: int, offset: i
             for b in range(batch_size)]
 
 
-def _spec_counts(llm) -> dict:
-    names = {"vllm:spec_decode_num_drafts": "num_drafts", "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens"}
-    out = {v: 0.0 for v in names.values()}
-    for m in llm.get_metrics():
-        if m.name in names:
-            out[names[m.name]] += float(getattr(m, "value", 0) or 0)
-    return out
-
-
 def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int], max_tokens: int,
                   method: str = "none", k: int | None = None, warmup: bool = True) -> pd.DataFrame:
     """Profile one ``generate`` per (B, P) on a built ``LLM`` and stack :func:`steps_from_profile`.
@@ -168,6 +158,7 @@ def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int]
     from vllm import SamplingParams
 
     from .breakdown import profile_generate
+    from .engine import counter_delta, read_counters
 
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
     sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
@@ -175,12 +166,9 @@ def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int]
         llm.generate(profile_prompts(max(batch_sizes), max(prompt_lens), vocab, offset=99), sp, use_tqdm=False)
     tables = []
     for i, (B, P) in enumerate(itertools.product(batch_sizes, prompt_lens)):
-        before = _spec_counts(llm) if method != "none" else None
+        before = read_counters(llm.get_metrics()) if method != "none" else None
         _, ev = profile_generate(llm, profile_prompts(B, P, vocab, offset=1000 * (i + 1)), sp)
-        metrics = None
-        if before is not None:
-            after = _spec_counts(llm)
-            metrics = {key: after[key] - before[key] for key in after}
+        metrics = counter_delta(before, read_counters(llm.get_metrics())) if before is not None else None
         tables.append(steps_from_profile(ev, batch_size=B, prompt_len=P, max_tokens=max_tokens, k=k,
                                          method=method, spec_metrics=metrics))
     return pd.concat(tables, ignore_index=True)

@@ -33,9 +33,35 @@ PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 KEY = ("dataset", "request_index", "batch_size")
 
 
-def config_label(method: str, k: int | None) -> str:
+#: method labels in display order (figures add "combined" for the simulator's Oracle Combine)
+METHOD_LABELS = {
+    "none": "no SD", "ngram": "n-gram", "eagle": "EAGLE", "eagle3": "EAGLE-3", "draft_model": "draft model",
+    "mtp": "MTP",
+}
+#: k of the paper's time breakdown (Fig. 4): profiled passes are of no SD and this k only
+PROFILED_K = 3
+
+
+def config_label(method: str, k: int | None = None) -> str:
     """``none`` or ``<method>-k<k>``: the engine configuration's name in paths, tables and claims."""
     return "none" if method == "none" else f"{method}-k{k}"
+
+
+def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
+    """{label: {method, k, datasets}} of one ``experiments`` entry, in config order (one engine job each)."""
+    out = {}
+    for m in exp["methods"]:
+        for k in m.get("k") or [None]:
+            ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
+            out[config_label(m["method"], k)] = {"method": m["method"], "k": k, "datasets": ds}
+    return out
+
+
+def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
+    """Datasets of one engine job's profiled pass: none for reasoning runs or k other than the paper's."""
+    if exp.get("thinking") or job["k"] not in (None, PROFILED_K):
+        return []
+    return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
 
 @dataclass(frozen=True)

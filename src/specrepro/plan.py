@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .costmodel import load_cost_model
+from .engine import experiment_configs, profiled_datasets
 
 #: prompt length assumed where a dataset gives none (tokens)
 DEFAULT_PROMPT_TOKENS = 512
@@ -32,13 +33,6 @@ def point_seconds(cm, batch_size: int, prompt_tokens: float, output_tokens: floa
     return scale * (prefill + decode) + (n + 1) * cm.overhead
 
 
-def _configs(exp: Mapping[str, Any]):
-    for m in exp["methods"]:
-        for k in m.get("k") or [None]:
-            ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
-            yield ("none" if m["method"] == "none" else f"{m['method']}-k{k}"), ds
-
-
 def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> pd.DataFrame:
     """One row per engine job (bench and profile) with points, GPUs and estimated device hours."""
     cm = load_cost_model(cost_model)
@@ -49,13 +43,10 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
         gpus = int(model.get("tensor_parallel_size", 1))
         size = (model.get("source", {}).get("hf") or {}).get("size_gb")
         scale = (size / gpus) / COST_MODEL_TARGET_GB if size else 1.0
-        for label, datasets in _configs(exp):
+        for label, job in experiment_configs(exp).items():
             for kind, bs, nreq, dss in (
-                ("bench", exp["batch_sizes"], exp.get("num_requests"), datasets),
-                ("profile", prof.get("batch_sizes", []), prof.get("num_requests"),
-                 # profiled as the workflow does (common.smk profile_datasets): no reasoning runs, k in (none, 3)
-                 [] if exp.get("thinking") or label.split("-k")[-1] not in ("none", "3")
-                 else [d for d in prof.get("datasets", []) if d in datasets]),
+                ("bench", exp["batch_sizes"], exp.get("num_requests"), job["datasets"]),
+                ("profile", prof.get("batch_sizes", []), prof.get("num_requests"), profiled_datasets(exp, job, prof)),
             ):
                 secs, points = 0.0, 0
                 for d in dss:

@@ -19,6 +19,7 @@ from specrepro.fetch import resolve_source  # noqa: E402
 from specrepro.io import SpecReproError  # noqa: E402
 from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
 from specrepro.integrity import quarantine, scan  # noqa: E402
+from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
 
 
 def stop(message):
@@ -354,19 +355,9 @@ ENGINE = config["engine"]
 TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")  # methods engine-trace can compute per position
 
 
-def config_label(method, k=None):
-    return "none" if method == "none" else f"{method}-k{k}"
-
-
 def exp_configs(exp):
     """{label: {method, k, datasets}} of one experiment, in config order (one engine job each)."""
-    e = EXPERIMENTS[exp]
-    out = {}
-    for m in e["methods"]:
-        for k in m.get("k") or [None]:
-            ds = [d for d in e["datasets"] if d in (m.get("datasets") or e["datasets"])]
-            out[config_label(m["method"], k)] = {"method": m["method"], "k": k, "datasets": ds}
-    return out
+    return experiment_configs(EXPERIMENTS[exp])
 
 
 ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()}
@@ -428,12 +419,8 @@ def bench_prompts(wc):
 
 
 def profile_datasets(exp, label):
-    """Profiled (Fig. 4) datasets of one engine job: the profiling datasets it runs. None for reasoning runs,
-    and only the paper's k (3) besides no SD, as in Fig. 4."""
-    e, job = EXPERIMENTS[exp], ENGINE_JOBS[(exp, label)]
-    if e.get("thinking") or job["k"] not in (None, 3):
-        return []
-    return [d for d in config["profiling"]["datasets"] if d in job["datasets"]]
+    """Profiled (Fig. 4) datasets of one engine job (none for reasoning runs, only no SD and k = 3)."""
+    return profiled_datasets(EXPERIMENTS[exp], ENGINE_JOBS[(exp, label)], config["profiling"])
 
 
 def profile_prompts(wc):
@@ -502,7 +489,6 @@ def engine_trace_methods(exp):
     return seen if has_base else []
 
 
-METHOD_LABELS = {"ngram": "n-gram", "draft_model": "draft model", "eagle": "EAGLE", "eagle3": "EAGLE-3", "mtp": "MTP"}
 
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
 for _x in EXPERIMENTS:

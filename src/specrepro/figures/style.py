@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..engine import METHOD_LABELS as _ENGINE_METHOD_LABELS
+
 import matplotlib
 
 matplotlib.use("Agg")  # no display; identical output everywhere
@@ -45,15 +47,7 @@ METHOD_COLORS = {
     "none": "#7F7F7F",
 }
 
-METHOD_LABELS = {
-    "none": "no SD",
-    "ngram": "n-gram",
-    "eagle": "EAGLE",
-    "eagle3": "EAGLE-3",
-    "draft_model": "draft model",
-    "mtp": "MTP",
-    "combined": "Oracle Combine",
-}
+METHOD_LABELS = {**_ENGINE_METHOD_LABELS, "combined": "Oracle Combine"}
 
 
 def method_color(key: str) -> str:
