@@ -15,7 +15,8 @@ rule engine_prompts:
         template=lambda wc: config["datasets"][wc.dataset]["prompt_template"],
         num=lambda wc: config["datasets"][wc.dataset]["num_samples"],
         seed=lambda wc: config["datasets"][wc.dataset].get("seed", 42),
-        thinking=lambda wc: "on" if EXPERIMENTS[wc.exp].get("thinking") else ("off" if "qwen3" in EXPERIMENTS[wc.exp]["model"] else "default"),
+        # chat templates without a thinking switch (Llama) ignore enable_thinking; Qwen3 needs it off
+        thinking=lambda wc: "on" if EXPERIMENTS[wc.exp].get("thinking") else "off",
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
     log:
