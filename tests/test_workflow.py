@@ -45,10 +45,15 @@ def test_paper_dag_resolves(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = planned_jobs(proc.stdout)
     assert jobs["fetch_released_trace"] == 4
-    assert jobs["trace_tables"] == 4
+    # the released set's 4 datasets, then each experiment's engine trace set (the datasets of its no-SD run)
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    engine_sets = [e for e in cfg["experiments"] if {m["method"] for m in e["methods"]} & {"ngram", "eagle", "eagle3", "draft_model"}]
+    assert jobs["trace_tables"] == 4 + sum(len(e["datasets"]) for e in engine_sets) == 24
     for rule in ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span", "tab_acceptance_stats",
-                 "claims", "report"):
+                 "claims", "report", "engine_bench", "engine_profile", "engine_trace", "fig01_speedup",
+                 "fig04_breakdown", "tab_memory", "fig09_engine_bleu"):
         assert jobs[rule] >= 1
+    assert jobs["engine_bench"] == 21 and jobs["engine_profile"] == 12
 
 
 def test_lint_is_clean():
