@@ -364,10 +364,6 @@ ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()
 ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
 
 
-def exp_model(wc):
-    return EXPERIMENTS[wc.exp]["model"]
-
-
 def max_output(exp, dataset):
     return int(EXPERIMENTS[exp].get("max_output_tokens") or config["datasets"][dataset]["max_output_tokens"])
 
@@ -487,7 +483,6 @@ def engine_trace_methods(exp):
             seen.append(c["method"])
     has_base = any(c["method"] == "none" for c in exp_configs(exp).values())
     return seen if has_base else []
-
 
 
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
