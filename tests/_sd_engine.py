@@ -54,10 +54,10 @@ SCRIPT = r'''
 import json, os, sys
 from pathlib import Path
 from vllm import LLM, SamplingParams
-from specrepro.breakdown import profile_generate
-from specrepro.costfit import profile_prompts, profile_sweep
+from specrepro.engine.breakdown import profile_generate
+from specrepro.engine.costfit import profile_prompts, profile_sweep
 from specrepro.io import write_parquet
-from specrepro.memory import vllm_reported_memory
+from specrepro.engine.memory import vllm_reported_memory
 
 model, out, method = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 cfg = json.loads(os.environ["SD_TEST_CFG"])

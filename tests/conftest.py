@@ -84,7 +84,7 @@ def needs_vllm() -> None:
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory) -> Path:
     """A tiny random Llama built by the pipeline's own builder (tokenizer trained on the prompt files)."""
-    from specrepro.tinymodels import build_model
+    from specrepro.engine.standins import build_model
 
     out = tmp_path_factory.mktemp("models") / "tiny-llama"
     build_model("tiny-llama", out, seed=0, corpus=PROMPT_FILES)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from specrepro.breakdown import (
+from specrepro.engine.breakdown import (
     BREAKDOWN_PHASES, EVENT_COLUMNS, PHASES_WITH_LOGITS, assign_steps, events_from_profiler, phase_breakdown,
     step_table,
 )

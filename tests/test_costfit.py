@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specrepro.breakdown import assign_steps
-from specrepro.costfit import (
+from specrepro.engine.breakdown import assign_steps
+from specrepro.engine.costfit import (
     expected_steps, fit_cost_model, nnls_small, steps_from_profile,
 )
 from specrepro.costmodel import load_cost_model

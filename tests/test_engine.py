@@ -17,10 +17,10 @@ import pytest
 
 from conftest import ENGINE_ENV, PROMPT_FILES, REPO, model_manifest_file, needs_vllm
 from specrepro.costmodel import load_cost_model
-from specrepro.engine import (
-    BenchSpec, counter_delta, counter_problems, plan_points, read_checkpoint, read_counters, speculative_config,
-    speedup_table,
-)
+from specrepro.engine.args import BenchSpec, speculative_config
+from specrepro.engine.bench import plan_points, read_checkpoint
+from specrepro.engine.counters import counter_delta, counter_problems, read_counters
+from specrepro.engine.metrics import speedup_table
 from specrepro.io import SpecReproError
 from specrepro.plan import plan_jobs, point_seconds
 from specrepro.prompts import build_prompts
@@ -226,7 +226,7 @@ def test_killed_sweep_resumes_without_redoing_points_and_matches_an_uninterrupte
 
 
 def test_fig9_engine_buckets_hand_computed():
-    from specrepro.engine_metrics import bleu_bucket_metrics, request_bleu
+    from specrepro.engine.metrics import bleu_bucket_metrics, request_bleu
 
     prompt = list(range(10, 30))
     prompts = pd.DataFrame({"exp": "x", "dataset": "ic", "request_index": [0, 1],

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from specrepro import cli
-from specrepro.engine import POINT_COLUMNS
-from specrepro.engine_metrics import (
+from specrepro.engine.bench import POINT_COLUMNS
+from specrepro.engine.metrics import (
     add_cli, engine_metrics, load_points, lossless_detail, speedup_points,
 )
 from specrepro.figures import trace_context

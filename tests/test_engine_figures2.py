@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from specrepro import cli
-from specrepro.costfit import STEP_COLUMNS
+from specrepro.engine.costfit import STEP_COLUMNS
 from specrepro.io import read_json, write_json, write_parquet
 
 RUN_CONFIG = {
@@ -316,7 +316,7 @@ def test_costfit_recovers_known_coefficients(costfit_run):
 
 
 def test_costfit_note_on_cpu_runs():
-    from specrepro.costfit import fit_cost_model
+    from specrepro.engine.costfit import fit_cost_model
     from specrepro.costmodel import load_cost_model
     from specrepro.figures.engine_costfit import note
 

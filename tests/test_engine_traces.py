@@ -1,4 +1,4 @@
-"""Acceptance traces from greedy outputs (specrepro.engine_traces): the run-length rule by hand,
+"""Acceptance traces from greedy outputs (specrepro.engine.traces): the run-length rule by hand,
 a draft identical to the target, the CLI, and (engine) agreement with vLLM's own counters."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_smoke import K, MAX_TOKENS, engine_run, prompts, tiny_models  # noqa: E402
 
-from specrepro.engine_traces import (  # noqa: E402
+from specrepro.engine.traces import (  # noqa: E402
     acc_from_draft_argmax, acc_from_drafts, add_cli, engine_traces, llama_forward, run_lengths, simulate_steps, _Model,
 )
 from specrepro.io import SpecReproError, write_json, write_parquet  # noqa: E402

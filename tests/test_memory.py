@@ -7,7 +7,7 @@ import math
 import pytest
 
 from specrepro.io import SpecReproError
-from specrepro.memory import (
+from specrepro.engine.memory import (
     MEMORY_COLUMNS, count_parameters, drafter_parameters, kv_bytes_per_token, memory_table, model_memory,
 )
 

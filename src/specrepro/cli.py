@@ -471,7 +471,8 @@ def _bench(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="points table (Parquet); <output>.json gets the run's metadata")
 
     def run(a):
-        from .engine import BenchSpec, device_name, run_sweep
+        from .engine.args import BenchSpec
+        from .engine.bench import device_name, run_sweep
         from .io import read_json
         from .provenance import git_state, package_versions
 
@@ -585,8 +586,9 @@ def _profile(sub) -> None:
     def run(a):
         import json
 
-        from .costfit import STEP_COLUMNS
-        from .engine import BenchSpec, run_profile
+        from .engine.costfit import STEP_COLUMNS
+        from .engine.args import BenchSpec
+        from .engine.profile import run_profile
         from .io import read_json, write_csv, write_parquet
 
         spec = BenchSpec.from_json(a.spec)
@@ -634,7 +636,7 @@ VERBS = (
 )
 
 #: modules that add their own verbs (``add_cli(sub)``)
-PLUGIN_VERBS = ("tinymodels", "engine_traces", "costfit", "engine_metrics", "breakdown", "memory")
+PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory")
 
 
 def parser() -> argparse.ArgumentParser:

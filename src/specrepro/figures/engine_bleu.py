@@ -10,7 +10,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine_metrics import bleu_relative_table as relative_table
+from ..engine.metrics import bleu_relative_table as relative_table
 from ..io import SpecReproError, write_csv
 
 SPEC = FigureSpec(

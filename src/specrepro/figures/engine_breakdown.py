@@ -27,9 +27,9 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine_metrics import config_label_text, config_order
+from ..engine.metrics import config_label_text, config_order
 from ..io import SpecReproError, write_csv, write_json
-from ..breakdown import BREAKDOWN_PHASES
+from ..engine.breakdown import BREAKDOWN_PHASES
 
 SPEC = FigureSpec(
     name="fig04_breakdown",

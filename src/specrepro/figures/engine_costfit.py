@@ -1,8 +1,8 @@
 """Figure: the simulator's step-time cost model fitted to this run's profiled engine steps.
 
-Input: the per-step timing tables of the profiled passes (:func:`specrepro.costfit.steps_from_profile`,
+Input: the per-step timing tables of the profiled passes (:func:`specrepro.engine.costfit.steps_from_profile`,
 one Parquet per engine configuration; empty for configurations whose step shapes are unknown, which
-are skipped). The fit is :func:`specrepro.costfit.fit_cost_model`; coefficients without data come from
+are skipped). The fit is :func:`specrepro.engine.costfit.fit_cost_model`; coefficients without data come from
 ``--base``. Also written: the fitted cost model (``--cost-model``, the YAML the simulator loads, named
 ``<run name>-fit``), its fit report (``--report``, JSON) and the coefficient table (``--csv``).
 """
@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..costfit import ROLES, cost_model_yaml, fit_cost_model
+from ..engine.costfit import ROLES, cost_model_yaml, fit_cost_model
 from ..io import SpecReproError, read_json, read_parquet, write_csv, write_json, write_text
 
 SPEC = FigureSpec(

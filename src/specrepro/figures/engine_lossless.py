@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine_metrics import config_label_text, load_points, lossless_detail
+from ..engine.metrics import config_label_text, load_points, lossless_detail
 from ..io import write_csv, write_text
 from ..latex import grouped_rows, tex_breakable, tex_escape
 

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine_metrics import config_label_text, config_order, load_points
+from ..engine.metrics import config_label_text, config_order, load_points
 from ..io import SpecReproError, read_json, write_csv, write_text
 from ..latex import grouped_rows, tex_escape
 

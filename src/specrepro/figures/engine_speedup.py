@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine_metrics import config_label_text, config_order, load_points, paper_engine_values, speedup_points
+from ..engine.metrics import config_label_text, config_order, load_points, paper_engine_values, speedup_points
 from ..io import SpecReproError, write_csv
 
 SPEC = FigureSpec(

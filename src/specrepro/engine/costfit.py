@@ -54,7 +54,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .io import SpecReproError
+from ..io import SpecReproError
 
 TIMING_COLUMNS = ("role", "kv_tokens", "batched_tokens", "seconds")
 STEP_COLUMNS = ("step", "phase", "role", "method", "batch_size", "prompt_len", "k", "kv_tokens",
@@ -89,7 +89,7 @@ def steps_from_profile(events: pd.DataFrame, *, batch_size: int, prompt_len: int
                        k: int | None = None, method: str = "none", clock: str = "cpu",
                        spec_metrics: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Per-step timings (columns :data:`STEP_COLUMNS`) of one profiled run (events of
-    :func:`specrepro.breakdown.profile_generate`) with known shapes; see the module docstring.
+    :func:`specrepro.engine.breakdown.profile_generate`) with known shapes; see the module docstring.
 
     ``spec_metrics`` (optional; the difference of ``llm.get_metrics()`` around the run): keys
     ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``; checked: every draft accepted.
@@ -158,7 +158,7 @@ def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int]
     from vllm import SamplingParams
 
     from .breakdown import profile_generate
-    from .engine import counter_delta, read_counters
+    from .counters import counter_delta, read_counters
 
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
     sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
@@ -313,7 +313,7 @@ def fit_cost_model(timings: pd.DataFrame, base=None) -> CostFit:
             n_over = int(len(o))
     if not fits:
         raise SpecReproError("no target, drafter or ngram rows to fit")
-    from .costmodel import COEFFICIENTS
+    from ..costmodel import COEFFICIENTS
 
     not_fitted = []
     for section, key in COEFFICIENTS:
@@ -360,7 +360,7 @@ def plot_residuals(fit: CostFit, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .io import atomic_path
+    from ..io import atomic_path
 
     roles = list(fit.roles)
     fig, axes = plt.subplots(1, len(roles), figsize=(4.2 * len(roles), 3.2), squeeze=False)
@@ -379,7 +379,7 @@ def plot_residuals(fit: CostFit, path) -> None:
 
 
 def read_timings(paths: Sequence[str]) -> pd.DataFrame:
-    from .io import read_parquet
+    from ..io import read_parquet
 
     frames = []
     for p in paths:
@@ -409,8 +409,8 @@ def add_cli(sub) -> None:
     p.add_argument("--base", help="cost model (built-in name or file) supplying coefficients without data")
 
     def run(a):
-        from .costmodel import load_cost_model
-        from .io import write_json, write_text
+        from ..costmodel import load_cost_model
+        from ..io import write_json, write_text
 
         base = load_cost_model(a.base) if a.base else None
         fit = fit_cost_model(read_timings(a.steps), base=base)

@@ -45,7 +45,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .io import SpecReproError
+from ..io import SpecReproError
 
 METHODS = ("ngram", "draft_model", "eagle", "eagle3")
 
@@ -373,8 +373,8 @@ def engine_traces(requests: Iterable[Mapping], method: str, *, target_dir: str |
     reqs = _check_requests(requests)
     accs: list[np.ndarray] = []
     if method == "ngram":
-        from .ngram import NgramParams, ngram_acc_lens
-        from .traces import TraceRecord
+        from ..ngram import NgramParams, ngram_acc_lens
+        from ..traces import TraceRecord
 
         recs = [TraceRecord(r["id"], np.asarray(r["prompt_token_ids"], np.int64),
                             np.asarray(r["generated_token_ids"], np.int64)) for r in reqs]
@@ -416,7 +416,7 @@ def simulate_steps(acc_len: Sequence[int], cap: int, start: int = 1) -> list[int
 
 
 def _manifest_path(path: str | None, what: str) -> str | None:
-    from .io import read_json
+    from ..io import read_json
 
     if not path:
         return None
@@ -427,7 +427,7 @@ def _manifest_path(path: str | None, what: str) -> str | None:
 
 
 def run(a) -> None:
-    from .io import atomic_path, read_parquet
+    from ..io import atomic_path, read_parquet
 
     df = read_parquet(a.outputs)
     need = ["request_id", "prompt_token_ids", "output_token_ids"] + (["dataset"] if a.dataset else [])

