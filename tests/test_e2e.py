@@ -100,11 +100,11 @@ def test_engine_figures_in_the_report_labelled_as_cpu(cpu_run):
         assert f"{n}-engine.tex" in tex
     assert "not evidence for the paper" in tex
     # acceptance figures of the engine traces too (every method the CPU run traces)
-    assert "fig05_acceptance_heatmap-engine-tiny-llama.pdf" in tex
+    assert "fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" in tex
     lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
     sd = lossless[lossless["method"] != "none"]
-    assert (sd["identical"] == sd["compared"]).all() and set(sd["method"]) >= {"ngram", "eagle", "eagle3", "draft_model"}
-    self_draft = lossless[(lossless["exp"] == "tiny-llama-selfdraft") & (lossless["method"] == "draft_model")].iloc[0]
+    assert (sd["identical"] == sd["compared"]).all() and set(sd["method"]) >= {"ngram", "eagle", "eagle3", "draft_model", "mtp"}
+    self_draft = lossless[(lossless["exp"] == "llama3.1-8b-selfdraft") & (lossless["method"] == "draft_model")].iloc[0]
     assert self_draft["acceptance_length"] == 4.0  # a draft identical to the target: k + 1
 
 

@@ -162,6 +162,65 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             f"prompt_lookup_max = {ng['prompt_lookup_max']}"
         )
     problems += _simulator_problems(config)
+    if any(e.get("stands_in_for") for e in config.get("experiments", [])):
+        problems += standin_problems(config, load_paper_config())
+    return problems
+
+
+#: the config whose experiments ``stands_in_for`` names
+PAPER_CONFIG = Path(__file__).resolve().parents[2] / "config" / "paper.yaml"
+
+
+def load_paper_config(path: str | Path = PAPER_CONFIG) -> dict:
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"config error: stands_in_for needs {path}: {exc.strerror}") from None
+
+
+def _method_ks(exp: Mapping[str, Any]) -> list[str]:
+    """``none`` / ``<method>-k<k>`` of every configuration of an experiment, in config order."""
+    out = []
+    for m in exp.get("methods", []):
+        for k in m.get("k") or [None]:
+            label = "none" if m["method"] == "none" else f"{m['method']}-k{k}"
+            if label not in out:
+                out.append(label)
+    return out
+
+
+def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> list[str]:
+    """Each ``stands_in_for`` names an experiment of ``paper`` (config/paper.yaml) and covers every
+    method and k of it, with the same thinking setting (datasets, batch sizes and lengths may be fewer)."""
+    problems: list[str] = []
+    paper_exps = {e["name"]: e for e in paper.get("experiments", [])}
+    for i, exp in enumerate(config.get("experiments", [])):
+        name = exp.get("stands_in_for")
+        if not name:
+            continue
+        where = key_path(["experiments", i, "stands_in_for"])
+        if name not in paper_exps:
+            problems.append(
+                f"config error: {where} = {json.dumps(name)}: not an experiment of config/paper.yaml "
+                f"(allowed: {', '.join(paper_exps)})"
+            )
+            continue
+        ref = paper_exps[name]
+        have = set(_method_ks(exp))
+        missing = [c for c in _method_ks(ref) if c not in have]
+        if missing:
+            problems.append(
+                f"config error: {where} = {json.dumps(name)}: misses {', '.join(missing)} of that paper experiment "
+                f"(it runs {', '.join(_method_ks(ref))}; add the missing methods/k to experiments[{i}].methods)"
+            )
+        if bool(exp.get("thinking")) != bool(ref.get("thinking")):
+            problems.append(
+                f"config error: {key_path(['experiments', i, 'thinking'])} = {json.dumps(bool(exp.get('thinking')))}: "
+                f"the paper experiment {json.dumps(name)} it stands in for has thinking: "
+                f"{json.dumps(bool(ref.get('thinking')))}"
+            )
     return problems
 
 

@@ -94,8 +94,8 @@ def make_env(template_dir: str | Path) -> jinja2.Environment:
 
 #: why a method of the paper's grid may be missing from a run's experiments
 NOT_RUN_REASON = {
-    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml); vllm-cpu has no such tiny model. "
-           "Its speculative_config is checked by the tests and the paper DAG's dry run",
+    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml, or its stand-in glm4.5-air in "
+           "config/cpu.yaml). Its speculative_config is checked by the tests and the paper DAG's dry run",
 }
 SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
 
@@ -105,6 +105,29 @@ def methods_not_run(run_config: dict) -> list[dict]:
     used = {m["method"] for e in run_config.get("experiments", []) for m in e["methods"]}
     return [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
             for m in SD_METHODS if m not in used and run_config.get("experiments")]
+
+
+def standin_rows(run_config: dict) -> list[dict]:
+    """One row per experiment that stands in for a paper experiment: which one, and which Hugging Face
+    models its target and drafters are shaped like (their build kinds)."""
+    from .engine.families import STANDINS
+
+    def shaped(source: dict | None) -> str:
+        kind = ((source or {}).get("build") or {}).get("kind")
+        return STANDINS[kind].shaped_like if kind in STANDINS else (kind or "")
+
+    rows = []
+    models = run_config.get("models", {})
+    for e in run_config.get("experiments", []):
+        if not e.get("stands_in_for"):
+            continue
+        m = models.get(e["model"], {})
+        used = {x["method"] for x in e["methods"]}
+        drafters = [f"{meth}: {shaped(d.get('source')) or ('built into the target' if d.get('builtin') else '')}"
+                    for meth, d in (m.get("drafters") or {}).items() if meth in used]
+        rows.append({"experiment": e["name"], "stands_in_for": e["stands_in_for"], "model": e["model"],
+                     "shaped_like": shaped(m.get("source")), "drafters": drafters})
+    return rows
 
 
 def render(
@@ -131,6 +154,7 @@ def render(
         items=items,
         inputs=inputs,
         not_run=methods_not_run(run_config),
+        standins=standin_rows(run_config),
     )
 
 
