@@ -104,7 +104,9 @@ def test_report_names_the_paper_experiment_of_each_standin(tmp_path):
     assert "draft_model: meta-llama/Llama-3.2-1B-Instruct" in l70["drafters"]
     glm = next(r for r in rows.values() if r["stands_in_for"] == "glm-4.5-air")
     assert glm["drafters"] == ["mtp: built into the target"]
-    assert "llama3.1-8b-selfdraft" not in rows  # stands in for nothing
+    l31 = rows["standin-llama3.1-8b"]
+    assert l31["drafters"] == ["eagle: yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "eagle3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                               "draft_model: copy-of-target"]  # the self-draft counter check rides along
     run_config, prov, claims = minimal("cpu")
     run_config.update(models=cpu["models"], experiments=cpu["experiments"])
     tex = render(TEMPLATES, run_config, prov, claims, [], [])

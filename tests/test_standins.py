@@ -347,3 +347,21 @@ def test_glm45_air_has_106b_parameters():
     assert (d.hidden_size, d.num_hidden_layers, d.n_routed_experts, d.moe_intermediate_size, d.vocab_size) == (
         4096, 46, 128, 1408, 151552)
     assert count_parameters(real)["total"] == 106_852_251_264
+
+
+def test_synthetic_profile_prompts_stay_in_the_tokenizer():
+    """The cost-fit sweep's synthetic prompts of a padded-vocabulary model (Qwen3, GLM-4.5) use only
+    token ids the tokenizer has: vLLM 0.10.1.1 (the paper image) rejects any id above the tokenizer's
+    largest, whatever the model's vocab_size."""
+    from transformers import AutoTokenizer
+
+    from specrepro.engine.costfit import profile_prompts, prompt_vocab
+
+    src = (_sdist("0.10.1.1") / "vllm" / "v1" / "engine" / "processor.py").read_text()
+    assert "if max_input_id > tokenizer.max_token_id:" in src  # the rule this guards against
+    for kind in ("qwen3-8b", "glm4.5-air"):
+        tok = AutoTokenizer.from_pretrained(standins()[kind])
+        model_vocab = config(kind)["vocab_size"]
+        assert model_vocab > len(tok)  # padded, as the real ones
+        prompts = profile_prompts(64, 48, prompt_vocab(model_vocab, len(tok)), offset=1000)
+        assert max(max(p["prompt_token_ids"]) for p in prompts) <= len(tok) - 1
