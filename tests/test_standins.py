@@ -257,6 +257,8 @@ def test_builds_are_deterministic_and_errors_are_one_line(tmp_path):
         build_model("eagle3-qwen3", tmp_path / "b", corpus=PROMPT_FILES)
     with pytest.raises(SpecReproError, match="head_dim 16"):
         build_model("glm4.5-air", tmp_path / "c", corpus=PROMPT_FILES, head_dim=16)
+    with pytest.raises(SpecReproError, match="no head_dim key"):
+        build_model("llama3.1-8b", tmp_path / "e", corpus=PROMPT_FILES, head_dim=128)
     with pytest.raises(SpecReproError, match="target's vocabulary"):
         build_model("qwen3-0.6b", tmp_path / "d", corpus=PROMPT_FILES, target_dir=standins()["qwen3-8b"],
                     vocab_size=600)

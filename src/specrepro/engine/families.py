@@ -682,6 +682,9 @@ def build_standin(kind: str, out: Path, *, seed: int, texts: Sequence[str], targ
     """Build stand-in ``kind`` (a key of :data:`STANDINS`) into the empty directory ``out``."""
     st = STANDINS[kind]
     s = _sizes(st, dict(sizes))
+    if kind in ("llama3.1-8b", "llama3-70b") and s["head_dim"] * s["num_heads"] != s["hidden_size"]:
+        raise SpecReproError(f"{kind}: its config has no head_dim key, so head_dim x num_heads must equal hidden_size "
+                             f"({s['head_dim']} x {s['num_heads']} != {s['hidden_size']})")
     if st.role == "target":
         if target_dir is not None:
             raise SpecReproError(f"{kind} is a target model: it takes no --target-manifest")
