@@ -186,6 +186,8 @@ def gpu_onstart():
     if "gpu" not in sched.global_resources:  # no --resources gpu=N: every GPU of the machine
         sched.global_resources["gpu"] = have
         sched.resources["gpu"] = have
+    print(f"GPU jobs run on this machine's {have} GPU(s) at most {sched.global_resources['gpu']} at a time, each on "
+          f"GPUs of its own (leases in {GPU_LEASES})", file=sys.stderr)
 
 
 
