@@ -129,3 +129,11 @@ def test_a_local_run_uses_every_gpu_of_the_machine(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"GPU jobs run on this machine's 3 GPU(s) at most 3 at a time, each on GPUs of its own (leases in " \
            f"{tmp_path}/cache/gpu-leases)" in proc.stderr
+
+
+def test_gpu_profiles_keep_going():
+    """Defect 4: one failure stopped the whole paper run; the GPU profiles keep going (SLURM's already did)."""
+    import yaml
+
+    for name in ("default", "apptainer", "slurm"):
+        assert yaml.safe_load((REPO / "profiles" / name / "config.yaml").read_text())["keep-going"] is True, name

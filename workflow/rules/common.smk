@@ -534,7 +534,7 @@ def engine_targets():
     """Engine figures and tables of the report, for this config."""
     if not EXPERIMENTS:
         return []
-    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex"]
+    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex", "tab_engine_jobs.tex"]
     if any(e.get("thinking") for e in EXPERIMENTS.values()):
         names.append("fig03_reasoning.pdf")
     if PROFILE_JOBS:
@@ -542,6 +542,12 @@ def engine_targets():
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
+
+
+def engine_records():
+    """The record (.json) of every bench and profile job: status, vLLM's error if it did not start, time."""
+    out = [p.replace(".parquet", ".json") for p in all_bench_points()]
+    return out + [f"results/engine/{x}/profile/{c}.json" for x, c in PROFILE_JOBS]
 
 
 def all_bench_points(thinking=None):

@@ -260,6 +260,23 @@ rule tab_runtime:
         " --meta {input.meta:q} --csv {output.csv} -o {output.tex} 2> {log}"
 
 
+rule tab_engine_jobs:
+    """Each engine job's image, vLLM version and deviation from the paper's engine; every job that failed."""
+    input:
+        config=RUN_CONFIG,
+        records=engine_records(),
+    output:
+        tex="figures/tab_engine_jobs-engine.tex",
+        csv="figures/tab_engine_jobs-engine.csv",
+    log:
+        "logs/figures/tab_engine_jobs-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_engine_jobs --run-config {input.config} --subject engine --records {input.records:q}"
+        " --csv {output.csv} -o {output.tex} 2> {log}"
+
+
 rule fig04_breakdown:
     """Where the time goes (drafting / verification / sampling / overhead) from the profiled passes."""
     input:
