@@ -124,3 +124,21 @@ def test_figures_still_build_when_an_engine_did_not_start(tmp_path):
                      "-o", str(out)]) == 0
     assert r"\textbf{Failed jobs (1):}" in out.read_text() and "logs/engine\\_bench/e1/eagle-k3.log" in \
         out.read_text().replace(r"\allowbreak{}", "")
+
+
+def test_a_failed_no_sd_job_leaves_its_trace_set_out_of_the_rerun(tmp_path):
+    """The acceptance traces of an experiment come from its no-SD outputs: when that job's engine did not start,
+    the rerun leaves the experiment's engine trace set out, so the report builds (and lists the failure)."""
+    from conftest import run_snakemake
+
+    rec = tmp_path / "results/engine/tiny-llama/bench/none.json"
+    write_json(rec, {"exp": "tiny-llama", "config": "none", "status": "failed", "error": ERROR, "points": 4,
+                     "failed": 4})
+    proc = run_snakemake(["-n", "--configfile", str(REPO / "config" / "cpu.yaml"), "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert ("note: tiny-llama: its no-SD job finished no point (results/engine/tiny-llama/bench/none.json): its "
+            "engine trace set is left out of this run") in proc.stderr
+    out = proc.stdout
+    assert "engine-tiny-llama-selfdraft" in out and "engine-tiny-llama-thinking" in out
+    assert "figures/fig05_acceptance_heatmap-engine-tiny-llama.pdf" not in out
+    assert "results/engine/tiny-llama/traces/" not in out

@@ -524,6 +524,11 @@ def _engine_outputs(sub) -> None:
 
         pts = read_parquet(a.points)
         ok = pts[pts["status"] == "ok"].sort_values("batch_size").drop_duplicates(["dataset", "request_index"])
+        if ok.empty:
+            raise SpecReproError(
+                f"{a.points}: no finished point to take greedy outputs from (its engine did not start, or every point "
+                "failed: see its .json record); run the workflow again: it then leaves this experiment's engine "
+                "trace set out")
         rows = []
         for ds, t in _read_prompt_tables(a.prompts).items():
             m = t.merge(ok[ok["dataset"] == ds][["request_index", "output_token_ids", "output_text", "finish_reason",

@@ -513,9 +513,25 @@ def engine_trace_methods(exp):
     return _jobs.trace_methods(config, exp)
 
 
+def no_sd_failed(exp):
+    """Whether the experiment's no-SD bench job recorded no finished point (its engine did not start, or every
+    point failed): then there are no greedy outputs to trace."""
+    try:
+        rec = json.loads(Path(f"results/engine/{exp}/bench/none.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return rec.get("status") == "failed" or bool(rec.get("points")) and int(rec.get("failed") or 0) >= int(rec["points"])
+
+
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
+# A no-SD job whose engine did not start leaves nothing to trace: the run after it leaves that set out.
 for _x in EXPERIMENTS:
     _methods = engine_trace_methods(_x)
+    if _methods and no_sd_failed(_x):
+        if workflow.is_main_process:
+            print(f"note: {_x}: its no-SD job finished no point (results/engine/{_x}/bench/none.json): "
+                  "its engine trace set is left out of this run", file=sys.stderr)
+        continue
     if _methods:
         _ds = _jobs.trace_datasets(config, _x)
         TRACE_SETS[f"engine-{_x}"] = {
