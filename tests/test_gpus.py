@@ -37,25 +37,45 @@ def test_visible_gpus_from_nvidia_smi_or_cuda_visible_devices(tmp_path):
 
 
 HOLD = ("import os, sys, time; print(os.environ.get('CUDA_VISIBLE_DEVICES', 'unset'), time.time(), flush=True); "
+        "go = sys.argv[2] if len(sys.argv) > 2 else ''; t0 = time.time()\n"
+        "while go and not os.path.exists(go) and time.time() - t0 < 120: time.sleep(0.05)\n"
         "time.sleep(float(sys.argv[1])); print(time.time(), flush=True)")
 
 
-def _job(tmp_path, n, hold, env, name):
+def _job(tmp_path, n, hold, env, name, go=None):
     out = open(tmp_path / f"{name}.out", "w")
     return subprocess.Popen([sys.executable, "-m", "specrepro", "with-gpus", str(n), "--lease-dir",
-                             str(tmp_path / "leases"), "--poll", "0.2", "--", sys.executable, "-c", HOLD, str(hold)],
+                             str(tmp_path / "leases"), "--poll", "0.2", "--", sys.executable, "-c", HOLD, str(hold),
+                             *([str(go)] if go else [])],
                             stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
+def _holding(tmp_path, names):
+    return [n for n in names if any(not ln.startswith("with-gpus") for ln in (tmp_path / f"{n}.out").read_text().splitlines())]
+
+
 def test_concurrent_jobs_get_disjoint_gpus(tmp_path):
-    """Five jobs (2+1+1+2+1 GPUs) on a 4-GPU machine: no GPU is ever held by two jobs at once."""
+    """Five jobs (2+1+1+2+1 GPUs) on a 4-GPU machine: no GPU is ever held by two jobs at once, the machine's
+    GPUs are shared out in parallel, and the jobs that do not fit wait for GPUs to be released."""
     env = env_with(fake_smi(tmp_path, 4))
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.pop("SLURM_JOB_ID", None)
     sizes = [2, 1, 1, 2, 1]
-    procs = [_job(tmp_path, n, 1.5, env, f"j{i}") for i, n in enumerate(sizes)]
+    names = [f"j{i}" for i in range(len(sizes))]
+    go = tmp_path / "go"
+    procs = [_job(tmp_path, n, 0.5, env, name, go) for n, name in zip(sizes, names)]
+    # every job has started and asked for its GPUs: as many as fit hold theirs, the others wait
+    deadline = time.time() + 180
+    while time.time() < deadline and len(_holding(tmp_path, names)) + sum(
+            "waiting for" in (tmp_path / f"{n}.out").read_text() for n in names) < len(names):
+        time.sleep(0.1)
+    first = _holding(tmp_path, names)
+    held = [set(next(ln for ln in (tmp_path / f"{n}.out").read_text().splitlines()
+                     if not ln.startswith("with-gpus")).split()[0].split(",")) for n in first]
+    assert len(first) >= 2 and sum(len(h) for h in held) == len(set().union(*held)) <= 4, (first, held)
+    go.touch()
     for p in procs:
-        assert p.wait(timeout=120) == 0
+        assert p.wait(timeout=180) == 0
     spans = []
     for i, n in enumerate(sizes):
         lines = [ln for ln in (tmp_path / f"j{i}.out").read_text().splitlines() if not ln.startswith("with-gpus")]
@@ -66,9 +86,8 @@ def test_concurrent_jobs_get_disjoint_gpus(tmp_path):
         for b in range(a + 1, len(spans)):
             overlap = spans[a][1] < spans[b][2] and spans[b][1] < spans[a][2]
             assert not (overlap and spans[a][0] & spans[b][0]), (spans[a], spans[b])
-    # 7 GPU-jobs' worth on 4 GPUs: someone had to wait, and the machine was used in parallel
-    assert any("waiting for" in (tmp_path / f"j{i}.out").read_text() for i in range(len(sizes)))
-    assert sum(1 for s in spans if s[1] < min(x[2] for x in spans)) >= 2
+    # 7 GPU-jobs' worth on 4 GPUs: someone had to wait
+    assert any("waiting for" in (tmp_path / f"{n}.out").read_text() for n in names)
 
 
 def test_a_killed_job_releases_its_gpus(tmp_path):
