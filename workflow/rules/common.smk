@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 

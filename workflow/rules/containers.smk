@@ -69,7 +69,7 @@ rule preflight:
         # on SLURM the GPUs that matter are the nodes' (sinfo), not this login node's
         slurm=lambda wc: "--slurm" if getattr(workflow.executor_plugin, "name", None) == "slurm" else "",
         image=lambda wc: " ".join(f"--image-missing {n}" for n in used_images() if not Path(image_path(n)).exists()),
-        images=lambda wc: " ".join(f"--image {n}={REPO}/containers/vllm-{n}.def" for n in used_images()),
+        images=lambda wc: " ".join(f"--image {shlex.quote(f'{n}={REPO}/containers/vllm-{n}.def')}" for n in used_images()),
         downloaded=lambda wc: " ".join(
             model_name(m, d) for m, d in used_models() if Path(model_manifest(m, d)).exists()
         ),
