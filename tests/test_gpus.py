@@ -5,13 +5,11 @@ The machine is faked: an `nvidia-smi` stand-in on PATH lists $FAKE_GPUS GPUs.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
 
-import pytest
 
 from _infra import REPO, env_with, fake_apptainer
 from specrepro.gpus import lease_env, start_problem, visible_gpus
