@@ -1,6 +1,6 @@
 """Disjoint GPUs on one machine (defect 5): leases with file locks, the one-line stop, the gpu limit.
 
-The machine is faked: an `nvidia-smi` stand-in on PATH lists $FAKE_GPUS GPUs.
+The machine is faked: an `nvidia-smi` stand-in on PATH lists N GPUs.
 """
 
 from __future__ import annotations

@@ -191,7 +191,6 @@ def gpu_onstart():
           f"GPUs of its own (leases in {GPU_LEASES})", file=sys.stderr)
 
 
-
 def engine_resources(model, estimate_min=None):
     """`resources: **engine_resources(model)` of an engine rule: gpu (= tensor_parallel_size), runtime, mem_mb."""
     return _engine_resources(config["models"][model], config["cluster"], estimate_min)
