@@ -17,6 +17,8 @@ artifact). A CPU run never decides an ``engine`` claim: its tiny models say noth
 * ``ordering``: the quantity ``measured_by`` (A) is above the quantity ``than`` (B); ``value`` and
   ``value_b`` are the paper's A and B (optional, shown only).
 
+``headline: true`` marks the claims the report's summary of a figure shows (the rest are in its appendix).
+
 **Statuses.** Each measured quantity comes with a 95 % bootstrap interval over requests [low, high]
 (:mod:`specrepro.uncertainty`; metric keys ``<key>.ci_low``, ``<key>.ci_high``, ``<key>.n``). The status
 compares the interval with the claim (:func:`status_from_interval`):
@@ -83,6 +85,7 @@ class Claim:
     kind: str = "value"
     than: str | None = None  #: ordering: the metric key the measured one must be above
     value_b: float | None = None  #: ordering: the paper's value of ``than``
+    headline: bool = False  #: shown in the report's summary of its figure
 
     def tolerance(self, value: float | None = None) -> float:
         """Allowed absolute deviation from the paper's value (0 where the claim has no tolerance)."""
@@ -187,6 +190,8 @@ def load_claims(path: str | Path) -> list[Claim]:
             raise SpecReproError(f"{where}: an ordering claim needs 'than' (the metric key it must be above)")
         if kind != "ordering" and e.get("than"):
             raise SpecReproError(f"{where}: 'than' is for ordering claims only")
+        if not isinstance(e.get("headline", False), bool):
+            raise SpecReproError(f"{where}: headline must be true or false, got {e['headline']!r}")
         out.append(
             Claim(
                 id=str(e["id"]), group=str(e["group"]), statement=str(e["statement"]),
@@ -194,6 +199,7 @@ def load_claims(path: str | Path) -> list[Claim]:
                 source=str(e["source"]), tolerance_abs=tol.get("abs"), tolerance_rel=tol.get("rel"),
                 evidence=e["evidence"], measured_by=e.get("measured_by"), note=str(e.get("note", "")), kind=kind,
                 than=e.get("than"), value_b=None if e.get("value_b") is None else float(e["value_b"]),
+                headline=bool(e.get("headline", False)),
             )
         )
     return out
@@ -283,7 +289,7 @@ def _measured(metrics: Mapping[str, float], key: str | None):
 
 COLUMNS = ["id", "group", "kind", "statement", "paper_value", "paper_value_b", "unit", "source", "tolerance",
            "claim", "evidence", "measured_by", "than", "this_run", "ci_low", "ci_high", "n", "this_run_b",
-           "ci_low_b", "ci_high_b", "decided_on", "decisive_half_width", "status", "note"]
+           "ci_low_b", "ci_high_b", "decided_on", "decisive_half_width", "status", "headline", "note"]
 
 
 def evaluate(claims: list[Claim], metrics: Mapping[str, float], run_kind: str) -> pd.DataFrame:
@@ -299,7 +305,7 @@ def evaluate(claims: list[Claim], metrics: Mapping[str, float], run_kind: str) -
                "tolerance": c.tolerance_text(), "claim": c.claim_text(), "evidence": c.evidence,
                "measured_by": c.measured_by or "", "than": c.than or "", "this_run": nan, "ci_low": nan,
                "ci_high": nan, "n": nan, "this_run_b": nan, "ci_low_b": nan, "ci_high_b": nan, "decided_on": "",
-               "decisive_half_width": nan, "status": NOT_MEASURED, "note": c.note}
+               "decisive_half_width": nan, "status": NOT_MEASURED, "headline": c.headline, "note": c.note}
         measured = a is not None and (c.kind != "ordering" or b is not None)
         if measured and decidable(c, run_kind):
             has_ci = (c.measured_by + CI_LOW) in metrics

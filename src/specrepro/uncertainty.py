@@ -225,13 +225,16 @@ def bootstrap_pooled_quantiles_ci(
 def envelope(intervals: Sequence[Interval], how: str) -> Interval:
     """The interval of the largest (``how="max"``) or smallest (``"min"``) of several estimates, as the envelope
     of their intervals: [max of lows, max of highs] (or the mins). An upper bound on all estimates holds with
-    confidence when the envelope's high is below it. ``n`` is the smallest ``n`` among them."""
+    confidence when the envelope's high is below it. ``n`` is the fewest requests among those with an interval
+    (n >= 2; a single-request estimate enters as a point)."""
     ivs = [iv for iv in intervals if not math.isnan(iv.estimate)]
     if not ivs:
         return _nan()
     pick = max if how == "max" else min
-    return Interval(pick(iv.estimate for iv in ivs), pick(iv.low for iv in ivs), pick(iv.high for iv in ivs),
-                    min(iv.n for iv in ivs), ivs[0].level)
+    lows = [iv.low if math.isfinite(iv.low) else iv.estimate for iv in ivs]
+    highs = [iv.high if math.isfinite(iv.high) else iv.estimate for iv in ivs]
+    ns = [iv.n for iv in ivs if iv.n >= 2] or [iv.n for iv in ivs]
+    return Interval(pick(iv.estimate for iv in ivs), pick(lows), pick(highs), min(ns), ivs[0].level)
 
 
 def interval_metrics(key: str, iv: Interval, same_sample: bool = False) -> dict[str, float]:
