@@ -82,7 +82,9 @@ def build(args, ctx: TraceContext) -> None:
                 top = max(top, float(r["throughput_ci_high"].iloc[0]) if r["throughput_ci_high"].notna().all() else 0)
                 s = r["speedup"].iloc[0]
                 if method != "none" and s == s:
-                    ax.text(xpos, y, f"{s:.2f}x", ha="center", va="bottom", fontsize=4.5, rotation=90)
+                    hi = r["throughput_ci_high"].iloc[0]
+                    ax.text(xpos, max(y, hi) if hi == hi else y, f"{s:.2f}x", ha="center", va="bottom", fontsize=4.5,
+                            rotation=90)
         if top == 0:
             ax.text(0.5, 0.5, "no successful points", transform=ax.transAxes, ha="center", va="center",
                     color="#888888")
