@@ -43,6 +43,9 @@ def test_report_and_figures_exist(cpu_run):
     assert pdf.read_bytes().startswith(b"%PDF")
     tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
     assert "This is a CPU run." in tex
+    # an evaluation: the summary per figure first, the full claims table in the appendix
+    assert tex.index(r"\section{Summary by figure}") < tex.index(r"\section{What was run}") \
+        < tex.index(r"\section{All claims}")
     for name in ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span"):
         assert (cpu_run / "figures" / f"{name}-{RELEASED}.pdf").exists()
         assert f"{name}-{RELEASED}.pdf" in tex
@@ -72,6 +75,11 @@ def test_simulator_figures_and_claims(cpu_run):
     assert sim.loc["F12-instructcoder-combined-b1", "status"] == "reproduced"  # the 4.9x
     # the only miss is the text's "~2.2x" for the best single-method oracle, which its own figures contradict
     assert sim.index[sim["status"] != "reproduced"].tolist() == ["T-ic-best-single-oracle-b1-text"]
+    # every simulator value has its interval over the drawn requests; the paper's own draw decides on the point
+    assert sim["ci_low"].notna().all() and (sim["ci_low"] <= sim["this_run"]).all()
+    assert set(sim["decided_on"]) == {"point (same requests as the paper)"}
+    trace = claims[claims["evidence"] == "trace"]
+    assert set(trace["status"]) <= {"reproduced", "consistent but not resolved"}
 
 
 def test_rerun_is_byte_identical(cpu_run):

@@ -380,6 +380,9 @@ def _sim_metrics(sub) -> None:
     p.add_argument("--ngram-stats", nargs="*", default=[], help="ngram-trace --stats files")
     p.add_argument("--bleu", nargs="*", default=[], help="prompt-bleu tables")
     p.add_argument("--bleu-edges", nargs="+", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    p.add_argument("--num-requests", type=int, help="requests drawn by the --inputs runs (simulate --num-requests)")
+    p.add_argument("--seed", type=int, help="their seed; with --num-requests equal to the authors' draw (300, 42) "
+                   "the values are marked as computed on the paper's own requests")
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
@@ -387,12 +390,13 @@ def _sim_metrics(sub) -> None:
 
         from .bleu import bucket_metrics
         from .io import read_json, write_json
-        from .simulator import metrics_from_summaries
+        from .simulator import PAPER_DRAW, metrics_from_summaries
 
         def read(paths):
             return [pd.read_csv(f) for f in paths]
 
-        out = metrics_from_summaries(a.traceset, read(a.inputs))
+        same = {"num_requests": a.num_requests, "seed": a.seed} == PAPER_DRAW
+        out = metrics_from_summaries(a.traceset, read(a.inputs), same_sample=same)
         for extra in (metrics_from_summaries(a.traceset, read(a.recomputed), "-recomputed-trace"),
                       metrics_from_summaries(a.traceset, read(a.all_requests), "-all-requests")):
             out.update(extra)
