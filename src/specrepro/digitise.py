@@ -73,15 +73,17 @@ def ink_mask(im: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Picture:
-    """A figure image and its ink masks (computed once): lines, and glyphs (grey-tolerant, uncoloured)."""
+    """A figure image and its ink masks (computed once): lines, glyphs (grey-tolerant, uncoloured), darkness."""
 
     rgb: np.ndarray
     ink: np.ndarray
     text: np.ndarray
+    dark: np.ndarray  #: 1 - the brightest channel
 
     @classmethod
     def of(cls, rgb: np.ndarray) -> "Picture":
-        return cls(rgb, ink_mask(rgb), (rgb.max(axis=2) < TEXT_INK) & (saturation(rgb) < 0.15))
+        dark = 1.0 - rgb.max(axis=2)
+        return cls(rgb, dark > 1.0 - INK, (dark > 1.0 - TEXT_INK) & (saturation(rgb) < 0.15), dark)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -301,11 +303,18 @@ def find_ticks(pic: Picture, frame: Frame, axis: str, max_len: int = 30) -> list
     else:
         line = ink[frame.bottom + 2, frame.left:frame.right + 1]
         base = frame.left
+    dark = pic.dark
     ticks = []
     for s, e in _runs(line):
         if e - s > 8:  # a label or a spine, not a tick mark
             continue
-        pos = base + (s + e - 1) / 2
+        # the darkness-weighted centre across the mark (antialiased edges included), averaged along it
+        lo, hi = max(0, s - 1), e + 1
+        if axis == "y":
+            prof = dark[base + lo:base + hi, frame.left - 3:frame.left - 1].mean(axis=1)
+        else:
+            prof = dark[frame.bottom + 2:frame.bottom + 4, base + lo:base + hi].mean(axis=0)
+        pos = base + lo + float(np.sum(np.arange(len(prof)) * prof) / max(np.sum(prof), 1e-9))
         p = int(round(pos))
         n = 0
         while n < max_len:
@@ -440,6 +449,9 @@ def tick_labels(pic: Picture, frame: Frame, axis: str, ticks: Sequence[Tick]) ->
             rows = _text_rows(near, gap=0.35 * digit_h)
             out.append(read_glyphs(rows[-1]) if rows else "")  # the row nearest the tick
         return out
+    # below the marks, including their grey antialiased ends
+    while frame.bottom + tl + 1 < H and any(ink[frame.bottom + tl + 1, int(round(t.pos))] for t in ticks):
+        tl += 1
     y0, y1 = frame.bottom + tl + 1, min(H, frame.bottom + tl + 120)
     x0, x1 = max(0, frame.left - 60), min(W, frame.right + 60)
     glyphs = [c for c in components(ink[y0:y1, x0:x1]) if c.height <= 60]
@@ -450,7 +462,9 @@ def tick_labels(pic: Picture, frame: Frame, axis: str, ticks: Sequence[Tick]) ->
         return [""] * len(ticks)
     first = min(c.top for c in glyphs)
     digit_h = float(np.median([c.height for c in glyphs if c.top <= first + 3] or [10]))
-    line = [c for c in glyphs if c.top <= first + 0.6 * digit_h]  # the tick labels' row, not the axis label
+    # the tick labels' row (points and minus signs included), not the axis label below it
+    line = [c for c in glyphs if c.top <= first + 0.6 * digit_h or
+            (c.height < 0.4 * digit_h and c.bottom <= first + 1.1 * digit_h)]
     pos = np.array([t.pos for t in ticks])
     owned: dict[int, list[Component]] = {}
     for c in line:
@@ -546,6 +560,24 @@ def _cluster(comps: Sequence[Component], near) -> list[list[Component]]:
     return sorted(groups.values(), key=lambda g: (min(c.top for c in g) // 10, min(c.left for c in g)))
 
 
+def _label_right_of(text: np.ndarray, cy: int, x0: int, x1: int, reach: int = 60) -> np.ndarray:
+    """The ink of the text line crossing row ``cy`` that starts right of column ``x0`` (up to ``x1``)."""
+    b0 = max(0, cy - reach)
+    band = text[b0:cy + reach + 1, x0:x1]
+    comps = [c for c in components(band) if c.height < reach]
+    core = [c for c in comps if c.top <= cy - b0 + 2 and c.bottom >= cy - b0 - 2]
+    out = np.zeros_like(band)
+    if core:
+        lo, hi = min(c.top for c in core), max(c.bottom for c in core)
+        # glyphs ("_" hangs below the line), not the edges of bars or frames nearby
+        words = [c for c in comps if lo - 3 <= c.top <= hi + 0.4 * (hi - lo) and c.width <= 1.5 * (hi - lo)]
+        rows = _text_rows(words, gap=0.9 * (hi - lo))
+        if rows and rows[0][0].left <= 3 * (hi - lo):  # the label follows its sample closely
+            for c in rows[0]:
+                out[c.ys, c.xs] = True
+    return out
+
+
 def _label_distance(ink: np.ndarray, text: str) -> float:
     ys, xs = np.nonzero(ink)
     if len(ys) == 0:
@@ -624,18 +656,7 @@ def read_legend(pic: Picture, region: tuple[int, int, int, int], lexicon: Sequen
         nxt = [min(c.left for c in h) for h in groups if h is not g and abs(np.mean([c.cy for c in h]) - (top + bottom) / 2) <= 6
                and min(c.left for c in h) > right]
         end = min(nxt) if nxt else sub.shape[1]
-        cy = (top + bottom) // 2
-        b0 = max(0, cy - 40)
-        band = ink[b0:cy + 41, right + 1:end]
-        text_comps = [c for c in components(band) if c.height < 40]
-        core = [c for c in text_comps if c.top <= cy - b0 + 2 and c.bottom >= cy - b0 - 2]
-        lab_ink = np.zeros_like(band)
-        if core:
-            lo, hi = min(c.top for c in core), max(c.bottom for c in core)
-            words = [c for c in text_comps if c.top >= lo - 3 and c.top <= hi + 0.4 * (hi - lo)]  # with "_"
-            rows = _text_rows(words, gap=0.9 * (hi - lo))
-            for c in rows[0]:
-                lab_ink[c.ys, c.xs] = True
+        lab_ink = _label_right_of(ink, (top + bottom) // 2, right + 1, end)
         out.append((Series("", rgb, marker, height, line), [_label_distance(lab_ink, w) for w in lexicon]))
     # each lexicon entry names one sample: the closest pairs first
     pairs = sorted((d, i, j) for i, (_, ds) in enumerate(out) for j, d in enumerate(ds))
@@ -893,7 +914,7 @@ def fit_marker_size(corr: Correlator, s: Series, columns: Sequence[float]) -> fl
         d = [x for x in markers_at(corr, s.marker, size, columns) if x is not None and x.coverage >= MIN_COVERAGE]
         return float(np.mean([x.score for x in d])) if len(d) >= min(3, len(columns)) else -1.0
 
-    lo, hi = 0.4 * s.legend_size, 1.1 * s.legend_size
+    lo, hi = 0.4 * s.legend_size, 1.3 * s.legend_size
     coarse = [(quality(float(z)), float(z)) for z in np.arange(lo, hi + 1e-9, 1.5)]
     best = max(coarse)[1]
     fine = [(quality(z), z) for z in (best - 0.5, best, best + 0.5)]
@@ -990,16 +1011,15 @@ def read_patch_legend(pic: Picture, frame: Frame, lexicon: Sequence[str], avoid=
     cands = [c for c in components(fill, min_pixels=60) if c.bottom < fill.shape[0] - 3 and 1.5 <= c.width / c.height <= 5]
     scored = []
     for c in cands:
-        cy = c.cy
-        band = pic.text[t0 + int(cy) - 15:t0 + int(cy) + 16, l0 + c.right + 2:min(r0, l0 + c.right + 200)]
-        words = [w for w in components(band) if w.top <= 15 + 2 and w.bottom >= 15 - 2 and w.height < 30]
-        rows = _text_rows(words, gap=8)
-        if not rows:
-            continue
-        lab = np.zeros_like(band)
-        for w in rows[0]:
-            lab[w.ys, w.xs] = True
-        scored.append((c, [_label_distance(lab, w) for w in lexicon]))
+        y, x = t0 + int(c.cy), l0 + c.right + 1
+        # past the patch's edge line (a column of ink as tall as the patch), and a pixel of antialiasing
+        while x < r0 and (pic.text[t0 + c.top:t0 + c.bottom + 1, x].mean() > 0.5 or
+                          pic.text[t0 + c.top:t0 + c.bottom + 1, x + 1].mean() > 0.5):
+            x += 1
+        x += 1
+        lab = _label_right_of(pic.text, y, x, r0, reach=max(20, 2 * c.height))
+        if lab.any():
+            scored.append((c, [_label_distance(lab, w) for w in lexicon]))
     pairs = sorted((d, i, j) for i, (_, ds) in enumerate(scored) for j, d in enumerate(ds) if d < 0.3)
     named, used = {}, set()
     for d, i, j in pairs:
