@@ -454,7 +454,8 @@ def tick_labels(pic: Picture, frame: Frame, axis: str, ticks: Sequence[Tick]) ->
         tl += 1
     y0, y1 = frame.bottom + tl + 1, min(H, frame.bottom + tl + 120)
     x0, x1 = max(0, frame.left - 60), min(W, frame.right + 60)
-    glyphs = [c for c in components(ink[y0:y1, x0:x1]) if c.height <= 60]
+    # a glyph cut by the band's top edge belongs to something above it (the lowest y tick label)
+    glyphs = [c for c in components(ink[y0:y1, x0:x1]) if c.height <= 60 and c.top > 0]
     for c in glyphs:
         c.ys += y0
         c.xs += x0
@@ -618,16 +619,18 @@ def _sample_marker(mask: np.ndarray) -> tuple[str, float, str]:
             m, (mr, mc) = marker_mask(code, float(size))
             if abs(m.shape[0] - height) > 2:
                 continue
-            placed = np.zeros_like(mask)
-            ys, xs = np.nonzero(m)
-            ys = ys - mr + int(round(cy))
-            xs = xs - mc + int(round(cx))
-            ok = (ys >= 0) & (ys < mask.shape[0]) & (xs >= 0) & (xs < mask.shape[1])
-            placed[ys[ok], xs[ok]] = True
-            a_, b_ = placed & region, mask & region
-            iou = (a_ & b_).sum() / max(1, (a_ | b_).sum())
-            if iou > best[1]:
-                best = (code, float(iou), height)
+            ys0, xs0 = np.nonzero(m)
+            for dy in (-1, 0, 1):  # the centre is known to a pixel: try its neighbours
+                for dx in (-1, 0, 1):
+                    placed = np.zeros_like(mask)
+                    ys = ys0 - mr + int(round(cy)) + dy
+                    xs = xs0 - mc + int(round(cx)) + dx
+                    ok = (ys >= 0) & (ys < mask.shape[0]) & (xs >= 0) & (xs < mask.shape[1])
+                    placed[ys[ok], xs[ok]] = True
+                    a_, b_ = placed & region, mask & region
+                    iou = (a_ & b_).sum() / max(1, (a_ | b_).sum())
+                    if iou > best[1]:
+                        best = (code, float(iou), height)
     return best[0], height, line
 
 
@@ -1050,12 +1053,13 @@ def _bars(pic: Picture, box: tuple[int, int, int, int], rgb, baseline: float, av
             col = c.ys[c.xs == x]
             if len(col) == 0:
                 continue
-            y = int(col.min())
-            # the bar's black edge sits on its fill: its centre is the bar's top
-            n = 0
-            while t0 + y - 1 - n >= 0 and pic.ink[t0 + y - 1 - n, l0 + x]:
-                n += 1
-            tops.append(t0 + y - 0.5 - n / 2 if n else t0 + y - 0.5)
+            y = t0 + int(col.min())
+            # a dark edge drawn round the bar sits on its fill: the bar's top is the edge's darkness-weighted
+            # centre (antialiased edges included); without an edge, the fill's top
+            fill_dark = float(pic.dark[y + 1, l0 + x]) if y + 1 < pic.dark.shape[0] else 0.0
+            rows = np.arange(max(0, y - 5), y + 1)
+            w = np.clip(pic.dark[rows, l0 + x] - fill_dark - 0.15, 0.0, None)
+            tops.append(float(np.sum(rows * w) / np.sum(w)) if w.sum() > 0.3 else y - 0.5)
         if tops:
             out.append({"x": l0 + c.cx, "top": float(np.median(tops)), "width": c.width, "edge": True})
     return out
