@@ -11,7 +11,7 @@ rule digitise:
     output:
         "results/digitised/readings.csv",
     params:
-        dir=PAPER_FIGURES_DIR,
+        dir=lambda wc, input: str(Path(input.images[0]).parent),
         sha256=" ".join(f"{f}={h}" for f, h in PAPER_FIGURES.get("files", {}).items()),
         traceset=RELEASED["name"],
     log:

@@ -18,12 +18,14 @@ SPEC = FigureSpec(
     title="The paper's figures read independently",
     paper_ref="Figs. 1, 3, 10, 12",
     caption=(
-        "Values read from the paper's figure images ({subject_label}) by specrepro.digitise, which knows no "
-        "registry or simulator value: axes calibrated from the tick marks and their labels (read glyph by glyph), "
-        "series identified by the legend's colour, marker shape and label, markers found by template matching "
-        "and bars by their top edges. A marker is readable when at least 85% of it shows in its colour and it "
-        "is not merged with or mistaken for another marker of that colour (bars: at least 15 px tall); Fig. 3's "
-        "speedups are ratios of two bars. Judged: readable readings with a registry claim of the same figure, "
+        "Values read from the paper's figure images by specrepro.digitise, which knows no registry or simulator "
+        "value: axes calibrated from the tick marks and their labels (read glyph by glyph), series identified by "
+        "the legend's colour, marker shape and label, markers found by template matching and bars by their top "
+        "edges (images checked against the SHA-256 values of the config's paper_figures). Found: markers or bars "
+        "located at an x tick of their series. A marker is readable when at least 85% of it shows in its colour "
+        "and it is not merged with or mistaken for another marker of that colour (bars: at least 15 px tall); "
+        "Fig. 3's speedups are ratios of two bars. Judged: readable readings with a registry claim of the same "
+        "figure, "
         "panel, series and x; they agree when they lie within the claim's tolerance. Claims unread: the "
         "figure's claims no readable reading decides. Fig. 12 replots Fig. 10's series: those readings are "
         "compared with Fig. 10's claims (other figure), not judged."
@@ -63,7 +65,7 @@ def to_latex(s: pd.DataFrame, agree: pd.DataFrame) -> str:
     lines = [
         r"\begin{tabular}{l rrrrrrr r}",
         r"\toprule",
-        r"Figure & claims & read & readable & judged & agree & rate & claims unread & other figure \\",
+        r"Figure & claims & found & readable & judged & agree & rate & claims unread & other figure \\",
         r"\midrule",
     ]
     for r in s.itertuples(index=False):
