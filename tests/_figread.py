@@ -15,7 +15,6 @@ import numpy as np
 from matplotlib.collections import LineCollection, PathCollection, PolyCollection
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.image import AxesImage
-from matplotlib.lines import Line2D
 from matplotlib.patches import PathPatch
 
 

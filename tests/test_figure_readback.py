@@ -17,7 +17,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 
 from specrepro import cli  # noqa: E402
 from specrepro.figures import style  # noqa: E402
-from specrepro.io import write_json, write_parquet  # noqa: E402
+from specrepro.io import write_json  # noqa: E402
 
 import _figread as fr  # noqa: E402
 from test_engine_figures import RUN_CONFIG as ENGINE_RC, engine_run  # noqa: E402,F401
@@ -58,7 +58,8 @@ def test_readers_return_what_was_drawn():
     assert [(b.x, b.bottom, b.height) for b in fr.bars(ax)] == [(5, 1.0, 7.0), (6, 0.0, 8.0)]
     assert fr.scatter(ax)[0][0].tolist() == [[1.5, 2.5]]
     assert fr.texts(ax) == [(2, 3, "2.00x")]
-    table = pd.DataFrame({"x": [1, 2, 3, 1, 2], "ci_low": [1.5, 2.75, 0.3, 0.1, 0.2], "ci_high": [3.0, 3.75, 0.7, 0.5, 0.6]})
+    table = pd.DataFrame({"x": [1, 2, 3, 1, 2], "ci_low": [1.5, 2.75, 0.3, 0.1, 0.2],
+                          "ci_high": [3.0, 3.75, 0.7, 0.5, 0.6]})
     assert fr.assert_intervals_in(ax, table, "x") == 5
     with pytest.raises(AssertionError, match="not in the table"):
         fr.assert_intervals_in(ax, table.iloc[1:], "x")
@@ -292,7 +293,8 @@ def test_fig09_cells_are_the_csv(simulated, monkeypatch, tmp_path):
     cells = pd.read_csv(csv)
     axes = fr.visible_axes(fig)
     assert len(axes) == 4
-    for ax, (pol, ds) in zip(axes, [("fixed-3", "cnn"), ("fixed-3", "gsm8k"), ("fixed-5", "cnn"), ("fixed-5", "gsm8k")]):
+    panels = [("fixed-3", "cnn"), ("fixed-3", "gsm8k"), ("fixed-5", "cnn"), ("fixed-5", "gsm8k")]
+    for ax, (pol, ds) in zip(axes, panels):
         (arr, _), = fr.images(ax)
         c = cells[(cells["dataset"] == ds) & (cells["ngram_policy"] == pol)]
         bss = sorted(c["batch_size"].unique(), reverse=True)  # largest batch on top
@@ -328,7 +330,8 @@ def test_fig_beyond_lines_are_the_beyond_table(simulated, monkeypatch, tmp_path)
             assert pairs(s[label]) == pytest.approx(dict(zip(rows["batch_size"], rows["speedup"])))
             assert s[label].color == color and s[label].marker == marker
         # charging the winner's drafting cost can only cost time
-        assert all(pairs(s["winner's drafting cost"])[b] <= v + 1e-12 for b, v in pairs(s["Oracle Combine (paper)"]).items())
+        winner = pairs(s["winner's drafting cost"])
+        assert all(winner[b] <= v + 1e-12 for b, v in pairs(s["Oracle Combine (paper)"]).items())
 
 
 # --- the cost fit ----------------------------------------------------------------------------------------
@@ -362,7 +365,8 @@ def test_fig09_engine_bars_are_the_csv(monkeypatch, tmp_path):
     # two requests per bucket and batch size; n-gram at half EAGLE's throughput on low overlap, 1.5x on high
     rows = []
     for b in (1, 4):
-        for r, (bleu, ng, ea) in enumerate([(0.1, 5.0, 10.0), (0.15, 7.0, 14.0), (0.5, 15.0, 10.0), (0.55, 30.0, 20.0)]):
+        reqs = [(0.1, 5.0, 10.0), (0.15, 7.0, 14.0), (0.5, 15.0, 10.0), (0.55, 30.0, 20.0)]
+        for r, (bleu, ng, ea) in enumerate(reqs):
             for cfg, tput in (("ngram-k3", ng * b), ("eagle-k3", ea * b)):
                 rows.append({"exp": "x", "dataset": "ic", "config": cfg, "batch_size": b, "request_index": r,
                              "bleu4": bleu, "throughput": tput})

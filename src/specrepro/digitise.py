@@ -22,8 +22,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
-from dataclasses import replace as dataclass_replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -263,13 +262,13 @@ def find_frames(pic: Picture, min_size: int = 40, fill: float = 0.9) -> list[Fra
         if len(rows) < 2 or rows[-1] - rows[0] < min_size:
             continue
         # left and right: the ends of the top spine (y tick marks may stick out of the bottom one)
-        l, r = max(_runs(m[rows[0]]), key=lambda run: run[1] - run[0])
-        r -= 1
+        lo, hi = max(_runs(m[rows[0]]), key=lambda run: run[1] - run[0])
+        hi -= 1
         side = m[rows[0]:rows[-1] + 1]
-        if r - l < min_size or max(side[:, l].mean(), side[:, r].mean()) < fill:
+        if hi - lo < min_size or max(side[:, lo].mean(), side[:, hi].mean()) < fill:
             continue
-        spine = _runs(m[rows[0]:, (l + r) // 2])[0]
-        frames.append(Frame(int(c.top + rows[0]), int(c.top + rows[-1]), int(c.left + l), int(c.left + r),
+        spine = _runs(m[rows[0]:, (lo + hi) // 2])[0]
+        frames.append(Frame(int(c.top + rows[0]), int(c.top + rows[-1]), int(c.left + lo), int(c.left + hi),
                             max(1, spine[1] - spine[0])))
     frames.sort(key=lambda f: -(f.bottom - f.top) * (f.right - f.left))
     return frames
@@ -656,7 +655,8 @@ def read_legend(pic: Picture, region: tuple[int, int, int, int], lexicon: Sequen
         mask = color_mask(sub[box[0]:box[1], box[2]:box[3]], rgb)
         marker, height, line = _sample_marker(mask)
         # the label: ink right of the sample, on its row, up to the next sample on that row
-        nxt = [min(c.left for c in h) for h in groups if h is not g and abs(np.mean([c.cy for c in h]) - (top + bottom) / 2) <= 6
+        nxt = [min(c.left for c in h) for h in groups
+               if h is not g and abs(np.mean([c.cy for c in h]) - (top + bottom) / 2) <= 6
                and min(c.left for c in h) > right]
         end = min(nxt) if nxt else sub.shape[1]
         lab_ink = _label_right_of(ink, (top + bottom) // 2, right + 1, end)
@@ -906,8 +906,8 @@ def _panel(pic: Picture, frame: Frame, fields: dict, figure: str) -> _Panel:
 
 
 def _series_corr(pic: Picture, p: _Panel, s: Series, shape: tuple[int, int], bank: dict) -> Correlator:
-    t, b, l, r = p.box
-    mask = color_mask(pic.rgb[t:b, l:r], s.rgb) & p.interior
+    top, bottom, left, right = p.box
+    mask = color_mask(pic.rgb[top:bottom, left:right], s.rgb) & p.interior
     return Correlator({"mask": mask}, shape, bank)
 
 
@@ -1009,9 +1009,10 @@ def read_patch_legend(pic: Picture, frame: Frame, lexicon: Sequence[str], avoid=
     """Legend entries inside a frame: filled patches with a lexicon label right of them (and the patch)."""
     t0, b0, l0, r0 = frame.inner
     fill = _fill_mask(pic.rgb[t0:b0, l0:r0])
-    for (t, b, l, r) in avoid:
-        fill[max(0, t - t0):max(0, b - t0), max(0, l - l0):max(0, r - l0)] = False
-    cands = [c for c in components(fill, min_pixels=60) if c.bottom < fill.shape[0] - 3 and 1.5 <= c.width / c.height <= 5]
+    for (top, bottom, left, right) in avoid:
+        fill[max(0, top - t0):max(0, bottom - t0), max(0, left - l0):max(0, right - l0)] = False
+    cands = [c for c in components(fill, min_pixels=60)
+             if c.bottom < fill.shape[0] - 3 and 1.5 <= c.width / c.height <= 5]  # patch-shaped, not a bar
     scored = []
     for c in cands:
         y, x = t0 + int(c.cy), l0 + c.right + 1
@@ -1042,8 +1043,8 @@ def _bars(pic: Picture, box: tuple[int, int, int, int], rgb, baseline: float, av
     t0, b0, l0, r0 = box
     m = color_mask(pic.rgb[t0:b0, l0:r0], rgb, min_alpha=0.8, min_cos=0.995) if max(rgb) - min(rgb) > 0.05 else \
         (np.abs(pic.rgb[t0:b0, l0:r0] - np.asarray(rgb)).max(axis=2) < 0.06)
-    for (t, b, l, r) in avoid:
-        m[max(0, t - t0):max(0, b - t0 + 1), max(0, l - l0):max(0, r - l0 + 1)] = False
+    for (top, bottom, left, right) in avoid:
+        m[max(0, top - t0):max(0, bottom - t0 + 1), max(0, left - l0):max(0, right - l0 + 1)] = False
     out = []
     for c in components(m, min_pixels=6):
         if c.width < 4 or abs(t0 + c.bottom - baseline) > 3:
@@ -1085,7 +1086,6 @@ def read_bars(pic: Picture, layout: Layout, traceset: str = "") -> pd.DataFrame:
         legend = read_patch_legend(pic, frame, [k for k in layout.series], avoid)
         lbox = [(c.top + frame.inner[0] - 3, c.bottom + frame.inner[0] + 3, c.left + frame.inner[2] - 3,
                  c.right + frame.inner[2] + 3) for _, c in legend]
-        labels = [s.label for s, _ in legend]
         base = panel.yaxis.pixel(0.0)
         t0, b0, l0, r0 = frame.inner
         readings = []  # (axes, series, x label, value, height px, px per unit)
@@ -1131,7 +1131,8 @@ def read_bars(pic: Picture, layout: Layout, traceset: str = "") -> pd.DataFrame:
             ok = bool(h >= MIN_BAR_PX)
             why = "" if ok else ("pieces of different heights: not one bar" if h != h else f"bar under {MIN_BAR_PX} px")
             rows.append({"figure": layout.figure, "panel": fields.get("panel", ""), "series": lab, "x": xl,
-                         "axes": axes, "quantity": "throughput", "key": layout.key.format(**{**f, "quantity": "throughput"}),
+                         "axes": axes, "quantity": "throughput",
+                         "key": layout.key.format(**{**f, "quantity": "throughput"}),
                          "read": v, "bar_px": h, "px_per_unit": ppu, "readable": ok, "why": why})
     df = pd.DataFrame(rows)
     if df.empty:
@@ -1201,7 +1202,8 @@ FIGURES: dict[str, Layout] = {
         panels=_grid("abcdefgh", [[{"exp": "qwen3-8b-thinking", "dataset": d} for d in _ENGINE_DATASETS],
                                   [{"exp": "qwen3-8b-thinking", "dataset": "aime"},
                                    {"exp": "qwen3-8b-thinking", "dataset": "gpqa"},
-                                   {"exp": "glm-4.5-air", "dataset": "aime"}, {"exp": "glm-4.5-air", "dataset": "gpqa"}]]),
+                                   {"exp": "glm-4.5-air", "dataset": "aime"},
+                                   {"exp": "glm-4.5-air", "dataset": "gpqa"}]]),
         series={"None": {"config": "none"}, "N-gram": {"config": "ngram-k3"}, "EAGLE-3": {"config": "eagle3-k3"},
                 "MTP": {"config": "mtp-k3"}},
         key="engine.{exp}.{dataset}.{config}.{quantity}.b{x}", quantity="throughput"),

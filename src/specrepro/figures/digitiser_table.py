@@ -86,7 +86,8 @@ def to_latex(s: pd.DataFrame, agree: pd.DataFrame) -> str:
         lines += [r"\noindent Disagreements:\par\smallskip", r"\begin{tabular}{l l l l r r r}", r"\toprule",
                   r"Figure & series & x & claim & read & paper & tolerance \\", r"\midrule"]
         for r in bad.itertuples(index=False):
-            lines.append(f"{tex_escape(r.figure)}({tex_escape(r.panel)}) & {tex_escape(r.series)} & {tex_escape(r.x)} & "
+            where = f"{tex_escape(r.figure)}({tex_escape(r.panel)})"
+            lines.append(f"{where} & {tex_escape(r.series)} & {tex_escape(r.x)} & "
                          f"\\texttt{{{tex_escape(r.claim_id)}}} & {r.read:.3f} & {r.paper_value:.3f} & "
                          f"{r.tolerance:.3g} \\\\")
         lines += [r"\bottomrule", r"\end{tabular}"]
