@@ -4,17 +4,22 @@ An independent check of the values in ``paper/claims.yaml``: nothing here knows 
 value. Per figure image (``paper-fig<N>.png``) it
 
 * finds the axes frames (long dark lines joined into rectangles) and orders them into the figure's grid;
-* calibrates each axis from its tick marks (the short dark lines outside the frame) and their labels, read
-  glyph by glyph against DejaVu Sans digits rendered here (matplotlib's default font, the paper's);
-* reads the legend: each entry's colour, its marker shape (cut from the legend sample, so it is rendered
-  exactly as in the panels) and its text, matched against the figure's label lexicon (:data:`FIGURES`);
-* finds every series' markers in every panel by template matching on the series' colour mask, and maps
-  their centres through the axis calibration; bars (Fig. 3) are read from their top edges.
+* calibrates each axis from its tick marks (the short dark lines outside the frame, centred by their
+  darkness) and their labels, read glyph by glyph against DejaVu Sans digits rendered here (matplotlib's
+  default font, the paper's);
+* reads the legend: each entry's colour, its marker shape (the sample above and below its line compared
+  with matplotlib's own marker outlines) and its text, matched against the figure's label lexicon
+  (:data:`FIGURES`); the plotted marker size is fitted in the panels (legends may draw markers larger);
+* finds every series' marker at every x tick by template matching on the series' colour mask (coverage of
+  the template minus the share of a ring around it on that colour), and maps its centre through the axis
+  calibration; bars (Fig. 3) are read from the centre of their top edge, Fig. 3's magnified insets too.
 
 A marker is *readable* when at least :data:`MIN_COVERAGE` of its template lies on its own colour (not hidden
-by another series or the frame) and nothing of its colour fills the ring around it beyond
-:data:`MAX_SPILL` (no second marker of the same colour merged into it). Only the figure's layout (which
-panel is which model and dataset, which legend label is which method) comes from :data:`FIGURES`.
+by another series), at most :data:`MAX_SPILL` of the ring around it does (no second marker of the same
+colour merged into it), most of it lies inside the frame, and no other series of the same colour fits
+there as well (within :data:`SHAPE_MARGIN`). A bar is readable when at least :data:`MIN_BAR_PX` tall. Only
+the figure's layout (which panel is which model and dataset, which legend label is which method, how a
+metric key is formed) comes from :data:`FIGURES`.
 """
 
 from __future__ import annotations
@@ -946,7 +951,7 @@ def read_markers(pic: Picture, layout: Layout, traceset: str = "") -> pd.DataFra
     corrs = {(i, s.label): _series_corr(pic, p, s, shape, bank) for i, p in enumerate(panels) for s in legend}
     cols = [[tp - p.box[2] for tp in p.xaxis.ticks] for p in panels]
     for s in legend:
-        # the panel where the series has most pixels
+        # fitted in the panel where the series has most pixels (the transform's DC term is their count)
         i = max(range(len(panels)), key=lambda i: float(corrs[(i, s.label)].F["mask"][0, 0].real))
         sizes[s.label] = fit_marker_size(corrs[(i, s.label)], s, cols[i])
     for i, p in enumerate(panels):
