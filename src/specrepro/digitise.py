@@ -1258,6 +1258,12 @@ AGREEMENT_COLUMNS = ["figure", "panel", "series", "x", "quantity", "key", "read"
                      "other_agrees"]
 
 
+def _value_claim(c) -> bool:
+    """A claim of a plotted value (a number, its tolerance, one metric key), not a bound or an ordering."""
+    return (getattr(c, "kind", "value") in ("value", None) and isinstance(c.measured_by, str) and bool(c.measured_by)
+            and isinstance(c.value, (int, float)) and c.value == c.value)
+
+
 def agreement(readings: pd.DataFrame, claims) -> pd.DataFrame:
     """Each reading against the registry claim of the same figure (and panel, where the claim names one) and key.
 
@@ -1268,7 +1274,7 @@ def agreement(readings: pd.DataFrame, claims) -> pd.DataFrame:
     by_key: dict[str, list] = {}
     for c in claims:
         fig, panel = claim_figure(c.source)
-        if fig and c.measured_by:
+        if fig and _value_claim(c):
             by_key.setdefault(c.measured_by, []).append((fig, panel, c))
     rows = []
     for r in readings.itertuples(index=False):
@@ -1304,7 +1310,7 @@ def summary(agree: pd.DataFrame, claims) -> pd.DataFrame:
     """
     rows = []
     for fig, g in agree.groupby("figure", sort=False):
-        fig_claims = {c.id for c in claims if claim_figure(c.source)[0] == fig}
+        fig_claims = {c.id for c in claims if claim_figure(c.source)[0] == fig and _value_claim(c)}
         judged = g[g["readable"] & (g["claim_id"] != "")]
         read_ids = {i for ids in judged["claim_id"] for i in ids.split(";")}
         other = g[g["readable"] & (g["other_figure_claim"] != "")]
