@@ -35,7 +35,7 @@ def line_figure(path: Path, dpi: int, antialiased: bool) -> dict:
     truth = {}
     with plt.rc_context({"lines.antialiased": antialiased, "patch.antialiased": antialiased,
                          "text.antialiased": antialiased}):
-        fig, axes = plt.subplots(1, 2, figsize=(7, 3))
+        fig, axes = plt.subplots(1, 2, figsize=(6, 2.6))
         for j, ax in enumerate(axes):
             base = np.sort(rng.uniform(1.0, 2.4, len(XS)))[::-1]
             for i, (label, (color, marker, ls)) in enumerate(LINE_SERIES.items()):
@@ -59,7 +59,7 @@ LINE_LAYOUT = dg.Layout("Fig. X", "line.png", "markers", panels=(({"panel": "a"}
                         series={k: {"s": k} for k in LINE_SERIES}, key="t.{panel}.{s}.b{x}")
 
 
-@pytest.mark.parametrize("dpi,antialiased", [(290, False), (200, True)])
+@pytest.mark.parametrize("dpi,antialiased", [(240, False), (150, True)])
 def test_reads_known_markers_back(tmp_path, dpi, antialiased):
     truth = line_figure(tmp_path / "line.png", dpi, antialiased)
     df = dg.read_markers(dg.Picture.of(dg.load_image(tmp_path / "line.png")), LINE_LAYOUT)

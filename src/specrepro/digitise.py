@@ -923,12 +923,15 @@ def fit_marker_size(corr: Correlator, s: Series, columns: Sequence[float]) -> fl
         return float(np.mean([x.score for x in d])) if len(d) >= min(3, len(columns)) else -1.0
 
     lo, hi = 0.4 * s.legend_size, 1.3 * s.legend_size
-    coarse = [(quality(float(z)), float(z)) for z in np.arange(lo, hi + 1e-9, 1.5)]
-    best = max(coarse)[1]
-    fine = [(quality(z), z) for z in (best - 0.5, best, best + 0.5)]
+    tried = {float(z): quality(float(z)) for z in np.arange(lo, hi + 1e-9, 2.0)}
+    for step in (1.0, 0.5):  # refine around the best so far
+        best = max(tried, key=lambda z: (tried[z], z))
+        for z in (best - step, best + step):
+            if z > 0 and z not in tried:
+                tried[z] = quality(z)
     # the largest size among equal scores: a smaller template fits inside a marker just as well
-    top = max(q for q, _ in fine)
-    return max(z for q, z in fine if q >= top - 1e-9)
+    top = max(tried.values())
+    return max(z for z, q in tried.items() if q >= top - 1e-9)
 
 
 def read_markers(pic: Picture, layout: Layout, traceset: str = "") -> pd.DataFrame:
