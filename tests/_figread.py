@@ -205,19 +205,28 @@ def intervals(ax) -> list[Interval]:
     return out
 
 
-def assert_intervals_in(ax, table, x: str, low: str = "ci_low", high: str = "ci_high", tol: float = 1e-9) -> int:
-    """Each interval the panel draws is a row of ``table`` (same x, low and high); returns how many were drawn.
+def table_intervals(table, x, value: str, offset=None) -> list[tuple[float, float, float]]:
+    """(x, low, high) of each row's interval of ``value`` (columns ``<value>_ci_low``/``_ci_high``, or ``ci_low``/
+    ``ci_high``); [] when the table has none. ``x`` is a column name or a sequence of plotted positions;
+    ``offset`` (per row) is added to both ends, for intervals drawn on top of a stacked bar."""
+    for lo, hi in ((f"{value}_ci_low", f"{value}_ci_high"), ("ci_low", "ci_high")):
+        if {lo, hi} <= set(table.columns):
+            xs = table[x].to_numpy(dtype=float) if isinstance(x, str) else np.asarray(x, dtype=float)
+            off = np.zeros(len(table)) if offset is None else np.asarray(offset, dtype=float)
+            out = zip(xs, table[lo].to_numpy(dtype=float) + off, table[hi].to_numpy(dtype=float) + off)
+            return [(a, b, c) for a, b, c in out if np.isfinite(b) and np.isfinite(c)]
+    return []
 
-    A figure that draws intervals must take them from its table: where the table has no interval columns
-    and the panel draws some, that is a failure.
-    """
+
+def assert_intervals(ax, expected, tol: float = 1e-9, all_drawn: bool = False) -> int:
+    """Every interval the panel draws (error bars, bands) is one of ``expected`` ((x, low, high), from the
+    figure's table); with ``all_drawn``, each expected one is drawn too. Returns how many are drawn."""
     drawn = intervals(ax)
-    if not drawn:
-        return 0
-    assert {low, high} <= set(table.columns), f"the panel draws intervals but the table has no {low}/{high}"
-    rows = table[[x, low, high]].astype(float).to_numpy()
+    exp = np.asarray(expected, dtype=float).reshape(-1, 3)
     for iv in drawn:
-        hit = np.isclose(rows[:, 0], iv.x) & np.isclose(rows[:, 1], iv.low, atol=tol) & \
-            np.isclose(rows[:, 2], iv.high, atol=tol)
-        assert hit.any(), f"interval drawn at x={iv.x} [{iv.low}, {iv.high}] is not in the table"
+        hit = (np.isclose(exp[:, 0], iv.x) & np.isclose(exp[:, 1], iv.low, atol=tol)
+               & np.isclose(exp[:, 2], iv.high, atol=tol))
+        assert hit.any(), f"interval drawn at x={iv.x}: [{iv.low}, {iv.high}] is not the table's"
+    if all_drawn:
+        assert len(drawn) == len(exp), f"{len(exp)} intervals in the table, {len(drawn)} drawn"
     return len(drawn)

@@ -58,13 +58,18 @@ def test_readers_return_what_was_drawn():
     assert [(b.x, b.bottom, b.height) for b in fr.bars(ax)] == [(5, 1.0, 7.0), (6, 0.0, 8.0)]
     assert fr.scatter(ax)[0][0].tolist() == [[1.5, 2.5]]
     assert fr.texts(ax) == [(2, 3, "2.00x")]
-    table = pd.DataFrame({"x": [1, 2, 3, 1, 2], "ci_low": [1.5, 2.75, 0.3, 0.1, 0.2],
-                          "ci_high": [3.0, 3.75, 0.7, 0.5, 0.6]})
-    assert fr.assert_intervals_in(ax, table, "x") == 5
-    with pytest.raises(AssertionError, match="not in the table"):
-        fr.assert_intervals_in(ax, table.iloc[1:], "x")
-    with pytest.raises(AssertionError, match="no ci_low/ci_high"):
-        fr.assert_intervals_in(ax, table[["x"]], "x")
+    table = pd.DataFrame({"x": [1, 2, 3, 1, 2], "y_ci_low": [1.5, 2.75, 0.3, 0.1, 0.2],
+                          "y_ci_high": [3.0, 3.75, 0.7, 0.5, 0.6]})
+    expected = fr.table_intervals(table, "x", "y")
+    assert len(expected) == 5 and fr.assert_intervals(ax, expected) == 5
+    with pytest.raises(AssertionError, match="is not the table's"):
+        fr.assert_intervals(ax, expected[1:])
+    assert fr.table_intervals(table[["x"]], "x", "y") == []
+    fig2, ax2 = plt.subplots()
+    assert fr.assert_intervals(ax2, expected) == 0
+    with pytest.raises(AssertionError, match="5 intervals in the table, 0 drawn"):
+        fr.assert_intervals(ax2, expected, all_drawn=True)
+    plt.close(fig2)
     plt.close(fig)
 
 
@@ -92,7 +97,10 @@ def test_fig01_lines_are_the_speedup_table(engine_run, monkeypatch, tmp_path):
         rows = t[(t["exp"] == "e1") & (t["dataset"] == "d1") & (t["config"] == cfg)].sort_values("batch_size")
         assert pairs(s[label]) == pytest.approx(dict(zip(rows["batch_size"], rows["speedup"])))
         assert s[label].color == to_hex(style.method_color(cfg.split("-")[0]))
-        fr.assert_intervals_in(ax, rows, "batch_size")
+    # whiskers, where drawn, are the table's intervals, one per point
+    expected = [iv for cfg in ("ngram-k3", "eagle-k3")
+                for iv in fr.table_intervals(t[(t["exp"] == "e1") & (t["config"] == cfg)], "batch_size", "speedup")]
+    fr.assert_intervals(ax, expected, all_drawn=True)
     assert fr.hlines(ax) == [1.0]
     # the paper's value is a ring at its batch size, in the configuration's colour
     (pts, face, edge), = fr.scatter(ax)
@@ -120,8 +128,11 @@ def test_fig03_bars_are_the_throughput_table(engine_run, monkeypatch, tmp_path):
     assert [lab.get_text() for lab in ax.get_xticklabels()] == ["1", "2"]
     # the speedup printed over each SD bar is the table's
     assert sorted((round(x, 6), s) for x, _, s in fr.texts(ax)) == [(0.2, "1.50x"), (1.2, "1.11x")]
-    assert ax.get_ylim()[1] == pytest.approx(250.0)
-    fr.assert_intervals_in(ax, t, "batch_size")
+    xpos = [{"none": -0.2, "mtp-k3": 0.2}[r.config] + [1, 2].index(r.batch_size) for r in t.itertuples()]
+    expected = fr.table_intervals(t, xpos, "throughput")
+    fr.assert_intervals(ax, expected, all_drawn=True)
+    # room above the tallest bar or whisker
+    assert ax.get_ylim()[1] == pytest.approx(1.25 * max([200.0] + [hi for _, _, hi in expected]))
 
 
 # --- Fig. 4: time breakdown ------------------------------------------------------------------------------
@@ -153,7 +164,13 @@ def test_fig04_stacked_bars_are_the_shares(breakdown_run, monkeypatch, tmp_path)
         assert sum(heights) == pytest.approx(100.0)
     # by hand: no SD at B = 1 verifies (8 + 27) / (10 + 30); the draft model drafts 4.5 of 10 s at B = 1
     assert drawn[0][1][2] == pytest.approx(87.5) and drawn[3][0][2] == pytest.approx(45.0)
-    fr.assert_intervals_in(ax, t, "batch_size")
+    # whiskers, where drawn, sit on the phase's segment: its bottom plus the table's interval of the share
+    expected = []
+    for x, (cfg, b) in zip([0, 1, 3, 4], [("none", 1), ("none", 4), ("draft_model-k3", 1), ("draft_model-k3", 4)]):
+        row = t[(t["config"] == cfg) & (t["batch_size"] == b)]
+        for i, p in enumerate(("drafting", "verification", "sampling", "overhead")):
+            expected += fr.table_intervals(row, [x], f"{p}_pct", offset=[drawn[x][i][1]])
+    fr.assert_intervals(ax, expected)
 
 
 # --- Figs. 5, 11, 7: released-trace figures --------------------------------------------------------------
@@ -257,7 +274,8 @@ def test_fig10_lines_are_the_simulated_speedups(simulated, monkeypatch, tmp_path
         for label, pol in zip(s, ("fixed-1", "fixed-3", "fixed-5", "oracle")):
             rows = df[(df["dataset"] == ds) & (df["proposer"] == prop) & (df["policy"] == pol)]
             assert pairs(s[label]) == pytest.approx(dict(zip(rows["batch_size"], rows["speedup"])))
-            fr.assert_intervals_in(ax, rows, "batch_size")
+        sub = df[(df["dataset"] == ds) & (df["proposer"] == prop)]
+        fr.assert_intervals(ax, fr.table_intervals(sub, "batch_size", "speedup"))
         assert s["Oracle"].marker == "*" and s["Oracle"].linestyle == ":"
         for pts, _, _ in fr.scatter(ax):
             rings[(prop, ds)] = pts.tolist()
@@ -282,7 +300,7 @@ def test_fig12_lines_are_the_simulated_speedups(simulated, monkeypatch, tmp_path
         single = df[(df["dataset"] == ds) & (df["policy"] == "oracle") & (df["proposer"] != "combined")]
         best = single.groupby("batch_size")["speedup"].max()
         assert all(v >= best[b] - 1e-9 for b, v in pairs(s["Oracle Combine"]).items())
-        fr.assert_intervals_in(ax, df[df["dataset"] == ds], "batch_size")
+        fr.assert_intervals(ax, fr.table_intervals(df[df["dataset"] == ds], "batch_size", "speedup"))
 
 
 def test_fig09_cells_are_the_csv(simulated, monkeypatch, tmp_path):
@@ -303,11 +321,17 @@ def test_fig09_cells_are_the_csv(simulated, monkeypatch, tmp_path):
             want[bss.index(r.batch_size), int(round(r.bleu_low / 0.2))] = 100 * r.relative_improvement
         want = np.ma.masked_invalid(want)
         assert (arr.mask == want.mask).all() and np.allclose(arr.compressed(), want.compressed())
-        # the printed percentages are the cells'
-        printed = {(round(y), round(x)): t for x, y, t in fr.texts(ax)}
+        # the printed percentages are the cells' (with the cell's interval, where the table has one)
+        printed: dict = {}
+        for x, y, t in fr.texts(ax):
+            printed.setdefault((round(y), round(x)), []).append(t)
+        ci = {(bss.index(r.batch_size), int(round(r.bleu_low / 0.2))): (100 * r.ci_low, 100 * r.ci_high)
+              for r in c.itertuples() if {"ci_low", "ci_high"} <= set(c.columns) and np.isfinite(r.ci_low)}
         for (y, x), v in np.ndenumerate(want.filled(np.nan)):
             if np.isfinite(v):
-                assert printed[(y, x)] == f"{v:+.0f}%"
+                assert f"{v:+.0f}%" in printed[(y, x)]
+                if (y, x) in ci:
+                    assert f"[{ci[(y, x)][0]:+.0f},{ci[(y, x)][1]:+.0f}]" in printed[(y, x)]
         assert [lab.get_text() for lab in ax.get_yticklabels()] == [str(b) for b in bss]
 
 
@@ -329,6 +353,7 @@ def test_fig_beyond_lines_are_the_beyond_table(simulated, monkeypatch, tmp_path)
             rows = t[(t["dataset"] == ds) & (t["row"] == key)]
             assert pairs(s[label]) == pytest.approx(dict(zip(rows["batch_size"], rows["speedup"])))
             assert s[label].color == color and s[label].marker == marker
+        fr.assert_intervals(ax, fr.table_intervals(t[t["dataset"] == ds], "batch_size", "speedup"))
         # charging the winner's drafting cost can only cost time
         winner = pairs(s["winner's drafting cost"])
         assert all(winner[b] <= v + 1e-12 for b, v in pairs(s["Oracle Combine (paper)"]).items())
@@ -382,4 +407,6 @@ def test_fig09_engine_bars_are_the_csv(monkeypatch, tmp_path):
     t = pd.read_csv(csv)
     assert sorted(drawn.values()) == pytest.approx(sorted(t["rel_pct"]))
     assert [lab.get_text() for lab in ax.get_xticklabels()][:3] == ["0.0-0.2\n(2)", "0.2-0.4\n(0)", "0.4-0.6\n(2)"]
-    fr.assert_intervals_in(ax, t, "bucket")
+    xpos = [r.bucket - 0.4 + 0.4 * ([1, 4].index(r.batch_size) + 0.5) for r in t.itertuples()]
+    expected = fr.table_intervals(t, xpos, "rel_pct")
+    fr.assert_intervals(ax, expected, all_drawn=True)
