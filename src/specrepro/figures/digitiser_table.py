@@ -26,8 +26,9 @@ SPEC = FigureSpec(
         "and it is not merged with or mistaken for another marker of that colour (bars: at least 15 px tall); "
         "Fig. 3's speedups are ratios of two bars. Judged: readable readings with a registry claim of the same "
         "figure, "
-        "panel, series and x; they agree when they lie within the claim's tolerance. Claims unread: the "
-        "figure's claims no readable reading decides. Fig. 12 replots Fig. 10's series: those readings are "
+        "panel, series and x; they agree when they lie within the claim's tolerance. Claims: the figure's value "
+        "claims in the registry (bounds and orderings are not read here); claims unread: those no readable "
+        "reading decides. Fig. 12 replots Fig. 10's series: those readings are "
         "compared with Fig. 10's claims (other figure), not judged."
     ),
     paper_statement=(
