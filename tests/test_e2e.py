@@ -120,3 +120,14 @@ def test_nothing_left_to_do(cpu_run):
     proc = run_snakemake(["-n", "--profile", "profiles/cpu", "--directory", str(cpu_run)], cwd=REPO)
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_digitiser_in_the_report(cpu_run):
+    figures = REPO / ".." / "shared" / "reference" / "figures"
+    if not (figures / "paper-fig10.png").exists():
+        pytest.skip("the paper's figure images are not beside the clone")
+    tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
+    assert "tab_digitiser-paper.tex" in tex
+    agree = pd.read_csv(cpu_run / "figures" / "tab_digitiser-paper.csv", keep_default_na=False, na_values=[""])
+    judged = agree[agree["readable"] & agree["claim_id"].notna()]
+    assert len(judged) >= 300 and (judged["agrees"] == True).mean() >= 0.95  # noqa: E712

@@ -257,6 +257,18 @@ def simulator_targets(traceset):
     return [f"figures/{n}-{traceset}.{'tex' if n.startswith('tab_') else 'pdf'}" for n in SIMULATOR_OUTPUTS]
 
 
+# The independent digitiser (workflow/rules/digitise.smk) reads the paper's figure images when the
+# configured folder holds them; otherwise its table is left out with one line on stderr.
+PAPER_FIGURES = config.get("paper_figures") or {}
+PAPER_FIGURES_DIR = repo_path(PAPER_FIGURES.get("dir"))
+_missing_figs = [f for f in PAPER_FIGURES.get("files", {}) if not (Path(PAPER_FIGURES_DIR) / f).exists()] if PAPER_FIGURES_DIR else []
+DIGITISE = bool(PAPER_FIGURES) and not _missing_figs
+if PAPER_FIGURES and _missing_figs and workflow.is_main_process:
+    print(f"note: {PAPER_FIGURES_DIR}/{_missing_figs[0]} not found: the digitiser table is left out of this run",
+          file=sys.stderr)
+DIGITISE_TARGETS = ["figures/tab_digitiser-paper.tex"] if DIGITISE else []
+
+
 # Simulator jobs (workflow/rules/simulator.smk): variants by name, the cost model, shared arguments.
 SIM_VARIANTS = {v["name"]: v for v in SIM.get("variants", [])}
 _cost = SIM.get("cost_model", "llama3.1-8b-h100")
@@ -309,7 +321,7 @@ def report_figures():
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
-    return out + engine_targets()
+    return out + engine_targets() + DIGITISE_TARGETS
 
 
 def metrics_files():
@@ -384,6 +396,8 @@ def resolved_config():
     if EXPERIMENTS:
         kind = "CPU, tiny locally built models: not evidence for the paper" if RUN["kind"] != "gpu" else "GPU"
         cfg["subjects"] = {"engine": {"label": f"engine runs ({kind})"}}
+    if DIGITISE:
+        cfg.setdefault("subjects", {})["paper"] = {"label": "the paper's figure images"}
     return cfg
 
 
