@@ -89,3 +89,62 @@ rule image_record:
     shell:
         "specrepro image-record --name vllm-{wildcards.image} --definition {input.definition:q} --lock {input.lock:q}"
         " --image {input.image:q} -o {output:q} 2> {log}"
+
+
+# --- the SGLang image (Fig. 2): containers/sglang.def -> <containers.dir>/sglang.sif ---------------
+
+
+rule container_image_sglang:
+    """Build the SGLang 0.5.9 image from its definition and lock (no GPU needed; %test runs in container_test_sglang)."""
+    input:
+        definition=str(REPO / "containers" / "sglang.def"),
+        lock=str(REPO / "containers" / "sglang.lock"),
+        preflight=preflight_input(),
+    output:
+        f"{IMAGES_DIR}/sglang.sif",
+    params:
+        repo=lambda wc: str(REPO),
+        args=config["containers"]["build_args"],
+    log:
+        "logs/container_image/sglang.log",
+    localrule: True
+    conda:
+        "../../envs/apptainer.yaml"
+    shell:
+        "(cd {params.repo:q} && apptainer build --notest --force {params.args} {output:q} {input.definition:q}) > {log} 2>&1"
+
+
+rule container_test_sglang:
+    """The SGLang image's %test (SGLang, FlashAttention-3 and FlashInfer import, a GPU is visible) on a GPU node."""
+    input:
+        image=SGLANG_IMAGE or [],
+    output:
+        SGLANG_IMAGE_TEST,
+    log:
+        "logs/container_test/sglang.log",
+    container:
+        SGLANG_IMAGE
+    params:
+        selftest=IMAGE_SELFTEST,
+    resources:
+        gpu=1,
+        runtime=15,
+    shell:
+        "sh {params.selftest} > {log} 2>&1 && cp {log} {output}"
+
+
+rule image_record_sglang:
+    """The SGLang image's checksums (definition, lock, .sif) for the run's manifest."""
+    input:
+        definition=str(REPO / "containers" / "sglang.def"),
+        lock=str(REPO / "containers" / "sglang.lock"),
+        image=f"{IMAGES_DIR}/sglang.sif",
+    output:
+        "results/containers/sglang.json",
+    log:
+        "logs/image_record/sglang.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro image-record --name sglang --definition {input.definition:q} --lock {input.lock:q}"
+        " --image {input.image:q} -o {output:q} 2> {log}"
