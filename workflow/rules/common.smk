@@ -20,6 +20,7 @@ from specrepro.io import SpecReproError  # noqa: E402
 from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
+from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
 
 
 def stop(message):
@@ -123,6 +124,22 @@ def engine_inputs(wildcards=None):
     if ENGINE_IMAGE and USES_APPTAINER:
         out["image"] = ENGINE_IMAGE
         out["image_test"] = ENGINE_IMAGE_TEST
+    if config.get("preflight", True):
+        out["preflight"] = ancient(PREFLIGHT)
+    return out
+
+
+# The SGLang image (containers/sglang.def) of the experiments with engine: sglang (Fig. 2), GPU runs only.
+SGLANG_IMAGE = f"{IMAGES_DIR}/sglang.sif" if RUN["kind"] == "gpu" else None
+SGLANG_IMAGE_TEST = "results/containers/sglang.test.txt"
+
+
+def sglang_inputs(wildcards=None):
+    """Inputs of every SGLang job, used as `unpack(sglang_inputs)` (its image, the image's GPU test, preflight)."""
+    out = {}
+    if SGLANG_IMAGE and USES_APPTAINER:
+        out["image"] = SGLANG_IMAGE
+        out["image_test"] = SGLANG_IMAGE_TEST
     if config.get("preflight", True):
         out["preflight"] = ancient(PREFLIGHT)
     return out
@@ -254,6 +271,8 @@ def metrics_files():
     out += [f"results/metrics/simulator-{ts}.json" for ts in SIM_TRACE_SETS]
     if EXPERIMENTS:
         out += ["results/metrics/engine.json", "results/metrics/engine-memory.json"]
+    if TREE_EXPERIMENTS:
+        out.append("results/metrics/engine-tree.json")
     return out + (["results/metrics/engine-breakdown.json"] if PROFILE_JOBS else [])
 
 
@@ -264,6 +283,8 @@ def input_records():
     out += [dataset_manifest(d) for d in used_datasets()]
     if ENGINE_IMAGE and USES_APPTAINER and EXPERIMENTS:
         out.append(f"results/containers/vllm-{config['engine']['container']}.json")
+    if SGLANG_IMAGE and USES_APPTAINER and SGLANG_EXPERIMENTS:
+        out.append("results/containers/sglang.json")
     return out
 
 
@@ -362,6 +383,10 @@ def exp_configs(exp):
 
 ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()}
 ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
+# Fig. 2's tree study: experiments on SGLang (rule engine_sglang_bench) and vLLM experiments with draft trees
+SGLANG_EXPERIMENTS = [x for x in EXPERIMENTS if experiment_engine(EXPERIMENTS[x]) == "sglang"]
+VLLM_EXPERIMENTS = [x for x in EXPERIMENTS if x not in SGLANG_EXPERIMENTS]
+TREE_EXPERIMENTS = [x for x in EXPERIMENTS if tree_study(EXPERIMENTS[x])]
 
 
 def max_output(exp, dataset):
@@ -392,6 +417,7 @@ def bench_spec(wc, profile=False):
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": {k: v for k, v in drafter_of(wc.exp, job["method"]).items() if k in ("method_name", "max_model_len")},
         "batching": ENGINE.get("batching", "replicate"),
+        **({"tree": job["tree"]} if job.get("tree") else {}),
     }
     return json.dumps(spec, sort_keys=True)
 
@@ -477,6 +503,8 @@ def trace_mem_mb(wc):
 
 def engine_trace_methods(exp):
     """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
+    if tree_study(EXPERIMENTS[exp]):
+        return []  # Fig. 2's study: its models' traces come from their Fig. 1 experiments
     seen = []
     for c in exp_configs(exp).values():
         if c["method"] in TRACEABLE and c["method"] not in seen:
@@ -513,15 +541,18 @@ def engine_targets():
         names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
+    if TREE_EXPERIMENTS:
+        names += ["fig02_tree.pdf", "tab_tree.tex"]
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
 
 
-def all_bench_points(thinking=None):
-    """Every engine job's points table (thinking=True/False: only those experiments)."""
+def all_bench_points(thinking=None, tree=None):
+    """Every engine job's points table (thinking=True/False, tree=True/False: only those experiments)."""
     return [
         f"results/engine/{x}/bench/{c}.parquet"
         for (x, c) in ENGINE_JOBS
-        if thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking
+        if (thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking)
+        and (tree is None or (x in TREE_EXPERIMENTS) == tree)
     ]
 
 

@@ -53,8 +53,9 @@ def _styles(configs) -> dict:
 
 
 def panels(ctx: TraceContext, thinking: bool) -> list[tuple[dict, list[str]]]:
-    """(experiment, its datasets) of the run config whose ``thinking`` flag is ``thinking``."""
-    return [(e, list(e["datasets"])) for e in ctx.experiments if bool(e["thinking"]) == thinking]
+    """(experiment, its datasets) of the run config whose ``thinking`` flag is ``thinking`` (not Fig. 2's tree study)."""
+    return [(e, list(e["datasets"])) for e in ctx.experiments
+            if bool(e["thinking"]) == thinking and not e.get("tree_study")]
 
 
 def footnote(t, kind: str) -> str:
