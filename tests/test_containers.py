@@ -149,13 +149,18 @@ def test_dry_run_with_apptainer_resolves(tmp_path):
 def test_every_gpu_job_runs_in_the_image_and_needs_it(tmp_path):
     jobs = _probe(tmp_path, "config/paper.yaml", "all", "results/containers/vllm-paper.test.txt")
     image = f"{tmp_path}/cache/images/vllm-paper.sif"
+    sglang = f"{tmp_path}/cache/images/sglang.sif"  # Fig. 2's SGLang jobs and the SGLang image's own test
     gpu_jobs = [j for j in jobs if is_gpu_rule(j)]
     assert gpu_jobs, "no GPU job in the paper DAG"
+    assert {"engine_sglang_bench", "container_test_sglang"} <= {j["rule"] for j in gpu_jobs}
     for j in gpu_jobs:
-        assert j["container"] == image, j
-        assert image in j["input"], f"{j['rule']} does not take the image as input (it would not be built first)"
+        want = sglang if j["rule"] in ("engine_sglang_bench", "container_test_sglang") else image
+        assert j["container"] == want, j
+        assert want in j["input"], f"{j['rule']} does not take the image as input (it would not be built first)"
     builds = [j for j in jobs if j["rule"] == "container_image"]
     assert [j["input"][0] for j in builds] == [str(REPO / "containers" / "vllm-paper.def")]
+    builds = [j for j in jobs if j["rule"] == "container_image_sglang"]
+    assert [j["input"][0] for j in builds] == [str(REPO / "containers" / "sglang.def")]
 
 
 def test_latest_image_selected_by_config(tmp_path):
@@ -168,3 +173,78 @@ def test_latest_image_selected_by_config(tmp_path):
 def test_cpu_run_needs_no_image(tmp_path):
     jobs = _probe(tmp_path, "config/cpu.yaml", "all", apptainer=False)
     assert not [j for j in jobs if j["rule"].startswith("container_") or j["container"]]
+
+
+# --- the SGLang image (Fig. 2) --------------------------------------------------------------------------
+
+SGLANG_DEF = REPO / "containers" / "sglang.def"
+
+
+def sglang_pins():
+    pins = {}
+    for line in (REPO / "containers" / "sglang.lock").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            assert PIN.match(line), f"sglang.lock: not an exact pin: {line!r}"
+            pkg, version = line.split("==")
+            pins[pkg.lower().replace("_", "-")] = version
+    return pins
+
+
+def test_sglang_definition_header_sections_and_digest():
+    text = SGLANG_DEF.read_text()
+    found = set(sections(text))
+    assert found <= KNOWN_SECTIONS and REQUIRED_SECTIONS <= found, found
+    header = text.split("\n%", 1)[0]
+    assert re.search(r"^Bootstrap: docker$", header, re.M)
+    # the digest alone: the bytes cannot change under a moved tag
+    assert re.search(r"^From: [\w./-]+@sha256:[0-9a-f]{64}$", header, re.M), "base image not pinned by digest alone"
+    recipe = SingularityParser(str(SGLANG_DEF)).recipe["spython-base"]
+    assert re.fullmatch(r"nvidia/cuda@sha256:[0-9a-f]{64}", recipe.fromHeader), recipe.fromHeader
+    assert recipe.install and recipe.environ and recipe.labels and recipe.test
+
+
+def test_sglang_lock_matches_sglangs_own_pins():
+    """FA3 (sgl-kernel) and FlashInfer at the versions SGLang 0.5.9 itself requires, and the analysis packages."""
+    from specrepro.engine.sources import source_tree
+
+    pins = sglang_pins()
+    own = (source_tree("sglang", "0.5.9") / "pyproject.toml").read_text()
+    assert pins["sglang"] == "0.5.9"
+    for pkg in ("torch", "flashinfer-python", "flashinfer-cubin", "sgl-kernel", "transformers", "xgrammar"):
+        spelled = re.search(rf'"{pkg.replace("-", "[-_]")}==([^"; ]+)', own)
+        assert spelled and pins[pkg] == spelled.group(1), pkg
+    assert pins["nvidia-cuda-runtime-cu12"].startswith("12.8.")  # PyPI's torch 2.9.1 is the CUDA 12.8 build
+    assert {"pandas", "pyarrow", "matplotlib", "jinja2", "huggingface-hub"} <= set(pins)
+
+
+def test_sglang_post_labels_environment_and_test():
+    text = SGLANG_DEF.read_text()
+    post = sections(text)["post"]
+    assert sections(text)["files"].split() == ["containers/sglang.lock", "/opt/specrepro/requirements.lock"]
+    installs = re.findall(r"pip install ([^\n]*(?:\\\n[^\n]*)*)", post)
+    assert installs
+    for cmd in installs:
+        words = cmd.replace("\\\n", " ").split()
+        pkgs = [w for w in words if w != "\\" and not w.startswith(("-", "http")) and "/" not in w]
+        assert all("==" in w for w in pkgs), f"unpinned pip package in: {cmd}"
+        if "-r" in words:
+            assert "--no-deps" in words and words[words.index("-r") + 1] == "/opt/specrepro/requirements.lock"
+    assert "pip check" in post and "libnuma1" in post
+    assert re.search(r"https://snapshot\.ubuntu\.com/ubuntu/\d{8}T\d{6}Z", post)
+    for pkg in re.findall(r"\b(texlive-[a-z-]+)\S*", post):
+        assert re.search(rf"\b{pkg}=\S+", post), f"{pkg} not pinned"
+    lab, pins = labels(text), sglang_pins()
+    assert lab["sglang.version"] == pins["sglang"] and lab["torch.version"] == pins["torch"]
+    assert lab["flashinfer.version"] == pins["flashinfer-python"] and lab["sgl_kernel.version"] == pins["sgl-kernel"]
+    assert lab["pip.lock"] == "containers/sglang.lock" and lab["base.image"] in text.split("\n%", 1)[0]
+    assert lab["ubuntu.snapshot"] in post and lab["cuda.min_driver"]
+    env = sections(text)["environment"]
+    for var in ("HF_HOME", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE"):
+        assert re.search(rf'export {var}="\$\{{{var}:-\$SPECREPRO_CACHE/', env), var
+    code = "\n".join(ln for ln in env.splitlines() if not ln.strip().startswith("#"))
+    assert "$HOME" not in code and "~" not in code
+    test = sections(text)["test"]
+    for needle in ("nvidia-smi", "torch.cuda.is_available()", "'0.5.9'", "flash_attn_with_kvcache", "flashinfer"):
+        assert needle in test, needle
+    assert "apptainer build" in sections(text)["help"]

@@ -20,7 +20,7 @@ from specrepro.io import SpecReproError  # noqa: E402
 from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
-from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
+from specrepro.engine.trees import IMAGE_VLLM, experiment_engine, tree_study, vllm_tree_supported  # noqa: E402
 
 
 def stop(message):
@@ -387,6 +387,16 @@ ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
 SGLANG_EXPERIMENTS = [x for x in EXPERIMENTS if experiment_engine(EXPERIMENTS[x]) == "sglang"]
 VLLM_EXPERIMENTS = [x for x in EXPERIMENTS if x not in SGLANG_EXPERIMENTS]
 TREE_EXPERIMENTS = [x for x in EXPERIMENTS if tree_study(EXPERIMENTS[x])]
+# vLLM's tree path exists in 0.10.1.1 and 0.11.1 only: an image without it runs no vLLM tree job
+_NO_TREE = sorted(
+    (x, c) for (x, c), v in ENGINE_JOBS.items()
+    if v.get("tree") and x in VLLM_EXPERIMENTS and not vllm_tree_supported(IMAGE_VLLM.get(ENGINE.get("container"), ""))
+)
+for _job in _NO_TREE:
+    del ENGINE_JOBS[_job]
+if _NO_TREE and workflow.is_main_process:
+    print(f"note: vLLM {IMAGE_VLLM.get(ENGINE.get('container'))} (engine.container = {ENGINE.get('container')}) has no"
+          f" tree path; left out: {', '.join(f'{x}/{c}' for x, c in _NO_TREE)}", file=sys.stderr)
 
 
 def max_output(exp, dataset):
@@ -420,6 +430,13 @@ def bench_spec(wc, profile=False):
         **({"tree": job["tree"]} if job.get("tree") else {}),
     }
     return json.dumps(spec, sort_keys=True)
+
+
+def sglang_spec_json(cfg, exp, label):
+    """`--spec` of an SGLang job: specrepro.engine.sglang.job_spec, which `specrepro tree-args` lists too."""
+    from specrepro.engine.sglang import job_spec, spec_json
+
+    return spec_json(job_spec(cfg, exp, label))
 
 
 def engine_model_inputs(wc):

@@ -2,13 +2,6 @@
 # (GPU only; rule engine_sglang_bench); the vLLM experiments with draft trees run through rule engine_bench
 # (engine.smk). Both feed the figure, its table and the metrics of the Fig. 2 claims.
 
-from specrepro.engine.sglang import job_spec, spec_json  # noqa: E402
-
-
-def sglang_spec_json(cfg, exp, label):
-    """`--spec` of an SGLang job: specrepro.engine.sglang.job_spec, which `specrepro tree-args` lists too."""
-    return spec_json(job_spec(cfg, exp, label))
-
 
 rule engine_sglang_bench:
     """One configuration's sweep on SGLang's offline engine: every request x batch size; resumes where it stopped."""

@@ -196,7 +196,7 @@ def tree_jobs(cfg: Mapping[str, Any]) -> list[dict]:
     """
     from .args import experiment_configs, speculative_config
     from .sglang import DRAFTER_ARCH, SGLANG_VERSION, engine_kwargs, job_spec, sampling_params
-    from .trees import IMAGE_VLLM, VLLM_TREE_ENV, experiment_engine, tree_study
+    from .trees import IMAGE_VLLM, VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 
     cpu = (cfg.get("run") or {}).get("kind") == "cpu"
     container = (cfg.get("engine") or {}).get("container", "paper")
@@ -218,7 +218,10 @@ def tree_jobs(cfg: Mapping[str, Any]) -> list[dict]:
                            sampling_params={d: sampling_params(spec, n) for d, n in spec.datasets.items()},
                            drafter_class=DRAFTER_ARCH.get(job["method"]))
             else:
-                rec.update(rule="engine_bench", engine_version=IMAGE_VLLM["cpu" if cpu else container],
+                version = IMAGE_VLLM["cpu" if cpu else container]
+                if spec.tree and not vllm_tree_supported(version):
+                    continue  # the workflow leaves it out on an image without the tree path (common.smk)
+                rec.update(rule="engine_bench", engine_version=version,
                            image=None if cpu else f"vllm-{container}",
                            speculative_config=speculative_config(spec, drafter),
                            env=dict(VLLM_TREE_ENV) if spec.tree else {})

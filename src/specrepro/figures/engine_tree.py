@@ -207,7 +207,8 @@ def build(args, ctx: TraceContext) -> None:
     colors = {s: SHAPE_COLORS[i % len(SHAPE_COLORS)] for i, s in enumerate(shapes)}
     fig, axes = plt.subplots(len(rows), 3, figsize=(style.FULL_WIDTH, 1.95 * len(rows) + 0.6), squeeze=False,
                              constrained_layout=True)
-    handles: dict[str, object] = {}
+    handles: dict[str, object] = {}  # configurations (colours) first, then engines (line styles), then the paper
+    engines: dict[str, object] = {}
     for i, (model, ds, xs) in enumerate(rows):
         sub = sd[sd["exp"].isin(xs) & (sd["dataset"] == ds)]
         bss = sorted({b for x in xs for b in exps[x]["batch_sizes"]})
@@ -234,12 +235,12 @@ def build(args, ctx: TraceContext) -> None:
                 drawn = True
                 handles.setdefault(g["shape"].iloc[0], plt.Line2D([], [], color=color, linewidth=1.2))
                 version = str(g["engine_version"].iloc[0] or "").strip()
-                handles.setdefault(f"{ENGINE_NAME.get(engine, engine)} {version}".strip(),
+                engines.setdefault(f"{ENGINE_NAME.get(engine, engine)} {version}".strip(),
                                    plt.Line2D([], [], color="#333333", linestyle=ls, marker=marker, markersize=3.2))
                 pts = [(b, paper[key]) for b in g["batch_size"] if (key := f"tree.{exp}.{ds}.{cfg}.{q}.b{int(b)}") in paper]
                 if pts:
                     ax.scatter(*zip(*pts), s=26, facecolors="none", edgecolors=color, linewidths=0.8, zorder=5)
-                    handles.setdefault("paper (rings)", plt.Line2D([], [], linestyle="none", marker="o",
+                    engines.setdefault("paper (rings)", plt.Line2D([], [], linestyle="none", marker="o",
                                                                    markerfacecolor="none", markeredgecolor="black"))
             if not drawn:
                 ax.text(0.5, 0.5, "no successful points", transform=ax.transAxes, ha="center", va="center",
@@ -254,6 +255,7 @@ def build(args, ctx: TraceContext) -> None:
             ax.set_xlabel("Batch size")
             ax.set_ylabel(ylabel)
             ax.set_title(who if j == 0 else "", loc="left")
+    handles.update(sorted(engines.items(), key=lambda kv: kv[0].startswith("paper")))
     if handles:
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside upper center",
                    ncol=min(len(handles), 4), frameon=False)
