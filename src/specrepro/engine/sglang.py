@@ -36,6 +36,7 @@ import gc
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -291,9 +292,10 @@ def run_sweep(
     todo = [p for p in plan_points(spec, prompts) if p not in done]
     if done:
         print(f"{spec.exp} {spec.label}: resuming, {len(done)} points done, {len(todo)} to run", file=log)
+    scratch = tempfile.TemporaryDirectory(prefix="specrepro-drafter-")  # a drafter view lives as long as the sweep
     arch = None
     if drafter_dir and spec.method in DRAFTER_ARCH:
-        drafter_dir, arch = drafter_view(drafter_dir, spec.method, output.parent / f".{output.stem}.drafter")
+        drafter_dir, arch = drafter_view(drafter_dir, spec.method, Path(scratch.name) / "drafter")
     base = {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": spec.label,
             "batching": spec.batching, "engine": "sglang", "drafter_architecture": arch, **dict(provenance or {})}
     t_load = None
@@ -321,6 +323,7 @@ def run_sweep(
     finally:
         if own and engine is not None:
             engine.shutdown()
+        scratch.cleanup()
     df = points_table(done.values(), spec)
     write_parquet(output, df)
     meta = {**base, "load_s": t_load, "points": len(df), "failed": int((df["status"] != "ok").sum()),
