@@ -52,7 +52,7 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     assert cli.main(["figure", "tab_engine_jobs", "--run-config", str(tmp_path / "run_config.json"), "--subject",
                      "engine", "--records", *_records(tmp_path, paper), "--csv", str(csv), "-o", str(out)]) == 0
     t = pd.read_csv(csv)
-    assert len(t) == 21 + 12
+    assert len(t) == 21 + 8 + 8 + 12  # Fig. 1-4 bench, Fig. 2 on vLLM and on SGLang, profiled passes
     row = t[(t["exp"] == "qwen3-8b") & (t["config"] == "eagle3-k3") & (t["job"] == "bench")].iloc[0]
     assert (row["image"], row["vllm_version"], row["paper_engine"]) == ("v0111", "0.11.1", "vLLM 0.11.1rc1")
     assert row["deviation"] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
@@ -66,6 +66,8 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     tex = out.read_text()
     assert r"\textbf{Failed jobs (2):}" in tex and "CUDA out of memory" in tex and "draft model is not supported" in tex
     assert "vLLM 0.11.1rc1; here vLLM 0.11.1" in tex and "a later vLLM snapshot; here vLLM 0.34.0" in tex
+    # no deviation, none named (a missing one is NaN in the table, which once read as one)
+    assert "& paper (0.10.1.1) & vLLM 0.10.1.1 &" in tex and "vLLM 0.10.1.1; here vLLM 0.10.1.1" not in tex
 
 
 def test_runtime_table_compares_the_plan_with_the_measured_time(tmp_path, paper):

