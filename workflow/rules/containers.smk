@@ -61,7 +61,7 @@ rule preflight:
     """GPUs, drivers, memory, disk, apptainer (and that it takes the definitions), token; one line per problem."""
     input:
         config=RUN_CONFIG,
-        definitions=lambda wc: [str(REPO / "containers" / f"vllm-{n}.def") for n in used_images()],
+        definitions=lambda wc: [str(REPO / "containers" / f"{image_stem(n)}.def") for n in used_images()],
     output:
         temp(PREFLIGHT),
     params:
@@ -69,7 +69,7 @@ rule preflight:
         # on SLURM the GPUs that matter are the nodes' (sinfo), not this login node's
         slurm=lambda wc: "--slurm" if getattr(workflow.executor_plugin, "name", None) == "slurm" else "",
         image=lambda wc: " ".join(f"--image-missing {n}" for n in used_images() if not Path(image_path(n)).exists()),
-        images=lambda wc: " ".join(f"--image {shlex.quote(f'{n}={REPO}/containers/vllm-{n}.def')}" for n in used_images()),
+        images=lambda wc: " ".join(f"--image {shlex.quote(f'{n}={REPO}/containers/{image_stem(n)}.def')}" for n in used_images()),
         downloaded=lambda wc: " ".join(
             model_name(m, d) for m, d in used_models() if Path(model_manifest(m, d)).exists()
         ),
@@ -112,7 +112,7 @@ rule container_image_sglang:
         lock=str(REPO / "containers" / "sglang.lock"),
         preflight=preflight_input(),
     output:
-        f"{IMAGES_DIR}/sglang.sif",
+        image_path("sglang"),
     params:
         repo=lambda wc: str(REPO),
         args=config["containers"]["build_args"],
@@ -128,20 +128,21 @@ rule container_image_sglang:
 rule container_test_sglang:
     """The SGLang image's %test (SGLang, FlashAttention-3 and FlashInfer import, a GPU is visible) on a GPU node."""
     input:
-        image=SGLANG_IMAGE or [],
+        image=image_path("sglang"),
     output:
-        SGLANG_IMAGE_TEST,
+        image_test("sglang"),
     log:
         "logs/container_test/sglang.log",
     container:
-        SGLANG_IMAGE
+        image_path("sglang")
     params:
         selftest=IMAGE_SELFTEST,
+        gpus=with_gpus,
     resources:
         gpu=1,
         runtime=15,
     shell:
-        "sh {params.selftest} > {log} 2>&1 && cp {log} {output}"
+        "{params.gpus} sh {params.selftest} > {log} 2>&1 && cp {log} {output}"
 
 
 rule image_record_sglang:
@@ -149,7 +150,7 @@ rule image_record_sglang:
     input:
         definition=str(REPO / "containers" / "sglang.def"),
         lock=str(REPO / "containers" / "sglang.lock"),
-        image=f"{IMAGES_DIR}/sglang.sif",
+        image=image_path("sglang"),
     output:
         "results/containers/sglang.json",
     log:

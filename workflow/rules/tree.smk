@@ -1,24 +1,26 @@
 # Fig. 2: tree vs chain verification. The experiments with engine: sglang run SGLang 0.5.9 in the sglang image
 # (GPU only; rule engine_sglang_bench); the vLLM experiments with draft trees run through rule engine_bench
-# (engine.smk). Both feed the figure, its table and the metrics of the Fig. 2 claims.
+# (engine.smk), each in its own image. Both feed the figure, its table and the metrics of the Fig. 2 claims.
+# An SGLang engine that does not start is recorded in the job's outputs, as for the vLLM jobs.
 
 
 rule engine_sglang_bench:
     """One configuration's sweep on SGLang's offline engine: every request x batch size; resumes where it stopped."""
     input:
-        unpack(sglang_inputs),
+        unpack(engine_inputs),
         unpack(engine_model_inputs),
         prompts=bench_prompts,
     output:
         points="results/engine/{exp}/bench/{config}.parquet",
         meta="results/engine/{exp}/bench/{config}.json",
     params:
-        # the same function as `specrepro tree-args`, so what it lists is what runs
-        spec=lambda wc: sglang_spec_json(config, wc.exp, wc.config),
+        # the spec of every engine job (specrepro.engine.jobs.bench_spec), so what engine-args lists is what runs
+        spec=lambda wc: bench_spec(wc),
         sglang=json.dumps(config.get("sglang") or {}, sort_keys=True),
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
         config_hash=config_hash(config),
         repo=str(REPO),
+        gpus=with_gpus,
     wildcard_constraints:
         exp=name_regex(SGLANG_EXPERIMENTS),
         config=name_regex(ENGINE_LABELS),
@@ -31,9 +33,9 @@ rule engine_sglang_bench:
         "logs/engine_sglang_bench/{exp}/{config}.log",
     # SGLang exists only in its image: no conda environment can run this rule
     container:
-        SGLANG_IMAGE
+        job_container
     shell:
-        "specrepro sglang-bench --spec {params.spec:q} --sglang {params.sglang:q} --prompts {input.prompts:q}"
+        "{params.gpus} specrepro sglang-bench --spec {params.spec:q} --sglang {params.sglang:q} --prompts {input.prompts:q}"
         " --target-manifest {input.target:q} {params.drafter} --config-hash {params.config_hash} --repo {params.repo:q}"
         " -o {output.points:q} 2> {log}"
 

@@ -24,6 +24,13 @@ the largest batch size, so every copy of a batch runs at once, with and without 
 caching is off unless ``engine.enable_prefix_caching``, as in the vLLM runs; ``allow_auto_truncate``
 stops a request at the context length as vLLM does instead of rejecting it.
 
+An engine that does not start is recorded as the vLLM bench records it (every point failed with the
+error line, ``status: failed`` in the ``.json``, exit 0). SGLang starts its schedulers in child
+processes; one that fails while loading sends SIGQUIT to this process, whose default handler in SGLang
+kills the whole process tree, this job included. The bench therefore passes its own handler
+(``custom_sigquit_handler``, a ServerArgs field; a callable, so not in the printed keywords), which
+raises :class:`SchedulerFailed` in the waiting main thread; the remaining children are then killed.
+
 SGLang's EAGLE drafters are classes ``LlamaForCausalLMEagle`` (EAGLE) and ``LlamaForCausalLMEagle3``
 (EAGLE-3) picked by the ``architectures`` of the drafter's ``config.json``; a checkpoint that names
 another class (EAGLE heads published as ``LlamaForCausalLM``) is served from a folder of links to its
@@ -35,18 +42,21 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
 from ..io import SpecReproError, write_json, write_parquet
-from .args import BenchSpec
+from .args import BenchSpec, error_line
 from .bench import KEY, _append, batch_prompts, plan_points, points_table, read_checkpoint
 from .counters import counter_problems
+from .progress import Progress
 from .trees import SGLANG_ALGORITHM, TreeShape, sglang_spec_args
 
 SGLANG_VERSION = "0.5.9"
@@ -103,31 +113,26 @@ def sampling_params(spec: BenchSpec, max_tokens: int) -> dict:
     return {"temperature": float(spec.engine.get("temperature", 0)), "max_new_tokens": int(max_tokens)}
 
 
+def warmup_sampling_params() -> dict:
+    """SGLang sampling parameters of the warm-up call before the first measured point."""
+    return {"temperature": 0, "max_new_tokens": 16}
+
+
+def engine_env(spec: BenchSpec) -> dict[str, str]:
+    """The environment the engine process gets from ``engine.env`` (vLLM's own variables left out)."""
+    return {str(k): str(v) for k, v in (spec.engine.get("env") or {}).items() if not str(k).startswith("VLLM_")}
+
+
 def job_spec(cfg: Mapping[str, Any], exp_name: str, label: str) -> BenchSpec:
-    """The :class:`BenchSpec` of one engine job of a (validated) config: what the workflow passes as ``--spec``."""
+    """The :class:`BenchSpec` of one engine job of a (validated) config: the workflow's ``--spec``
+    (:func:`specrepro.engine.jobs.bench_spec`, as for the vLLM jobs)."""
     from .args import experiment_configs
+    from .jobs import bench_spec
 
     exps = {e["name"]: e for e in cfg.get("experiments", [])}
     if exp_name not in exps or label not in experiment_configs(exps[exp_name]):
         raise SpecReproError(f"no engine job {exp_name}/{label} in this config")
-    e = exps[exp_name]
-    job = experiment_configs(e)[label]
-    model = cfg["models"][e["model"]]
-    drafter = (model.get("drafters") or {}).get(job["method"]) or {}
-    return BenchSpec(
-        exp=exp_name, model=e["model"], method=job["method"], k=job["k"],
-        datasets={d: int(e.get("max_output_tokens") or cfg["datasets"][d]["max_output_tokens"]) for d in job["datasets"]},
-        batch_sizes=[int(b) for b in e["batch_sizes"]], num_requests=int(e.get("num_requests") or 10**9),
-        engine=dict(cfg.get("engine") or {}), tensor_parallel_size=int(model.get("tensor_parallel_size", 1)),
-        drafter={k: v for k, v in drafter.items() if k in ("method_name", "max_model_len")},
-        batching=(cfg.get("engine") or {}).get("batching", "replicate"), tree=job.get("tree"),
-    )
-
-
-def spec_json(spec: BenchSpec) -> str:
-    import dataclasses
-
-    return json.dumps(dataclasses.asdict(spec), sort_keys=True)
+    return BenchSpec.from_json(bench_spec(cfg, exp_name, label))
 
 
 # --- SGLang's per-request meta info -> the point's counters ----------------------------------------
@@ -237,12 +242,43 @@ def import_sglang():
     return sglang
 
 
-def open_engine(spec: BenchSpec, sg: Mapping[str, Any] | None, model_dir: str, drafter_dir: str | None):
-    """The one ``sglang.Engine`` of this configuration."""
-    for k, v in (spec.engine.get("env") or {}).items():
-        if not str(k).startswith("VLLM_"):
-            os.environ[str(k)] = str(v)
-    return import_sglang().Engine(**engine_kwargs(spec, sg, model_dir, drafter_dir))
+class SchedulerFailed(RuntimeError):
+    """An SGLang scheduler process failed while the engine started (it sent SIGQUIT; its traceback is in the log)."""
+
+
+def _scheduler_failed(signum, frame):
+    raise SchedulerFailed("an SGLang scheduler process failed while the engine started (its traceback is in the "
+                          "job's log above this line)")
+
+
+def open_engine(spec: BenchSpec, sg: Mapping[str, Any] | None, model_dir: str, drafter_dir: str | None, *,
+                log=None, record: dict | None = None, engine_class=None):
+    """The one ``sglang.Engine`` of this configuration.
+
+    The keywords go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before SGLang sees
+    them; ``custom_sigquit_handler`` (see the module docstring) is added to them. ``engine_class``: a
+    stand-in for ``sglang.Engine`` (tests)."""
+    os.environ.update(engine_env(spec))
+    kw = engine_kwargs(spec, sg, model_dir, drafter_dir)
+    if record is not None:
+        record.update(json.loads(json.dumps(kw)))
+    if log is not None:
+        print(f"engine-args: {json.dumps(kw, sort_keys=True)}", file=log, flush=True)
+    cls = engine_class or import_sglang().Engine
+    return cls(**kw, custom_sigquit_handler=_scheduler_failed)
+
+
+def _kill_children() -> None:
+    """End the engine's child processes left after a failed start (SGLang's own Engine.shutdown does this)."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 def run_point(engine, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: int) -> dict:
@@ -257,7 +293,7 @@ def run_point(engine, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: 
 def _warmup(engine, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame]) -> None:
     first = next(iter(spec.datasets))
     ids = list(prompts[first].iloc[0]["prompt_token_ids"])
-    engine.generate(input_ids=[ids] * min(2, max(spec.batch_sizes)), sampling_params={"temperature": 0, "max_new_tokens": 16})
+    engine.generate(input_ids=[ids] * min(2, max(spec.batch_sizes)), sampling_params=warmup_sampling_params())
 
 
 def gpu_name() -> str:
@@ -280,9 +316,13 @@ def gpu_name() -> str:
 def run_sweep(
     spec: BenchSpec, sg: Mapping[str, Any] | None, prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *,
     model_dir: str, drafter_dir: str | None = None, provenance: Mapping[str, Any] | None = None,
-    retry_failed: bool = False, engine=None, log=sys.stderr,
+    retry_failed: bool = False, engine=None, engine_class=None, log=sys.stderr,
 ) -> pd.DataFrame:
-    """Run (or resume) the sweep on SGLang and write ``output`` (Parquet, one row per point) and its ``.json``."""
+    """Run (or resume) the sweep on SGLang and write ``output`` (Parquet, one row per point) and its ``.json``.
+
+    An engine that does not start (SGLang raises in ``Engine()`` or the warm-up, or a scheduler process
+    fails while loading) is recorded as :func:`specrepro.engine.bench.run_sweep` records it for vLLM."""
+    t_job = time.perf_counter()
     output = Path(output)
     ckpt = output.with_name(output.name + ".partial.jsonl")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -298,21 +338,39 @@ def run_sweep(
         drafter_dir, arch = drafter_view(drafter_dir, spec.method, Path(scratch.name) / "drafter")
     base = {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": spec.label,
             "batching": spec.batching, "engine": "sglang", "drafter_architecture": arch, **dict(provenance or {})}
-    t_load = None
+    t_load, start_error, kwargs = None, None, {}
     own = engine is None
     if todo and engine is None:
         t0 = time.perf_counter()
-        engine = open_engine(spec, sg, model_dir, drafter_dir)
-        t_load = time.perf_counter() - t0
-        if spec.engine.get("warmup", True):
-            _warmup(engine, spec, prompts)
+        handler = signal.getsignal(signal.SIGQUIT)
+        try:
+            engine = open_engine(spec, sg, model_dir, drafter_dir, log=log, record=kwargs, engine_class=engine_class)
+            t_load = time.perf_counter() - t0
+            if spec.engine.get("warmup", True):
+                _warmup(engine, spec, prompts)
+        except SpecReproError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an engine that cannot start is this job's result
+            start_error = error_line(exc)
+            traceback.print_exc(file=log)
+            print(f"{spec.exp} {spec.label}: the engine did not start: {start_error}", file=log)
+            signal.signal(signal.SIGQUIT, handler)
+            if engine is not None:
+                engine.shutdown()
+            engine = None
+            _kill_children()
     if todo and "device" not in base:
         base["device"] = gpu_name()
+    progress = Progress(f"{spec.exp} {spec.label}", len(done) + len(todo), done=len(done), stream=log)
     try:
         for ds, r, b in todo:
             table = prompts[ds]
             row = {**base, "dataset": ds, "request_index": r, "request_id": str(table.iloc[r]["request_id"]),
                    "batch_size": b, "pid": os.getpid()}
+            if start_error:
+                row.update(status="failed", error=f"engine did not start: {start_error}")
+                done[(ds, r, b)] = row
+                continue
             try:
                 row.update(run_point(engine, spec, table, ds, r, b))
             except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
@@ -320,6 +378,7 @@ def run_sweep(
                 print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
             _append(ckpt, row)
             done[(ds, r, b)] = row
+            progress.step(f"{ds} request {r} B={b}")
     finally:
         if own and engine is not None:
             engine.shutdown()
@@ -327,9 +386,12 @@ def run_sweep(
     df = points_table(done.values(), spec)
     write_parquet(output, df)
     meta = {**base, "load_s": t_load, "points": len(df), "failed": int((df["status"] != "ok").sum()),
-            "vllm_memory": None, "sglang_kwargs": engine_kwargs(spec, sg, model_dir, drafter_dir)}
+            "vllm_memory": None, "status": "failed" if start_error else "ok", "error": start_error,
+            "image": spec.image, "sglang_kwargs": kwargs or engine_kwargs(spec, sg, model_dir, drafter_dir),
+            "llm_kwargs": None, "elapsed_s": time.perf_counter() - t_job, "points_run": len(todo)}
     write_json(output.with_suffix(".json"), meta)
-    ckpt.unlink(missing_ok=True)
+    if not start_error:  # a failed start keeps the finished points of earlier runs for a forced rerun
+        ckpt.unlink(missing_ok=True)
     gc.collect()
     return df
 
@@ -376,5 +438,5 @@ def _run(a) -> None:
     print(f"{a.output}: {len(df)} points ({bad} failed)", file=sys.stderr)
 
 
-__all__ = ["SGLANG_VERSION", "engine_kwargs", "sampling_params", "point_from_outputs", "request_counters", "run_sweep",
-           "TreeShape"]
+__all__ = ["SGLANG_VERSION", "engine_kwargs", "sampling_params", "warmup_sampling_params", "point_from_outputs",
+           "request_counters", "run_sweep", "SchedulerFailed", "TreeShape"]

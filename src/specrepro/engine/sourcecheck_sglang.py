@@ -13,6 +13,10 @@ vLLM tree jobs: every ``speculative_config`` key must be a field of the job's vL
 (so ``speculative_token_tree`` exists only in 0.10.1.1 and 0.11.1) and ``VLLM_ATTENTION_BACKEND`` a
 backend that version knows.
 
+The jobs are ``specrepro engine-args``'s records (:mod:`specrepro.engine.jobs`): ``specrepro source-check``
+(:mod:`specrepro.engine.sourcecheck`) hands the SGLang ones and the attention backend of the vLLM ones to
+:func:`record_problems`; ``specrepro tree-args`` lists and checks the tree study's jobs alone.
+
 Everything is read with :mod:`ast` from the pinned sdists (:func:`specrepro.engine.sources.source_tree`).
 """
 
@@ -31,6 +35,8 @@ SGLANG = ("sglang", "0.5.9")
 #: keys of SGLang's per-request meta info the bench reads (specrepro.engine.sglang.request_counters)
 META_KEYS = ("spec_verify_ct", "spec_accept_token_num", "spec_draft_token_num", "spec_accept_histogram",
              "completion_tokens", "finish_reason")
+#: ServerArgs fields the bench passes beyond the printed keywords (a callable: specrepro.engine.sglang.open_engine)
+RUNTIME_FIELDS = ("custom_sigquit_handler",)
 
 
 def _parse(path: Path) -> ast.Module:
@@ -133,6 +139,9 @@ def sglang_problems(kwargs: Mapping[str, Any], sampling: Mapping[str, Any] | Non
     for key in sampling or {}:
         if key not in src.sampling:
             out.append(f"sampling parameter {key}: not a parameter of {where}'s SamplingParams")
+    for key in RUNTIME_FIELDS:
+        if key not in src.fields:
+            out.append(f"{key}: not a field of {where}'s ServerArgs (the bench passes it to Engine())")
     for key in ("input_ids", "sampling_params"):
         if key not in src.generate:
             out.append(f"Engine.generate has no parameter {key} in {where}")
@@ -189,60 +198,51 @@ def vllm_tree_problems(version: str, speculative_config: Mapping[str, Any], env:
 # --- every job of the tree study, as it will run ------------------------------------------------------
 
 
-def tree_jobs(cfg: Mapping[str, Any]) -> list[dict]:
-    """One record per engine job of the tree study (Fig. 2): what it passes to SGLang or vLLM.
+def record_problems(rec: Mapping[str, Any]) -> list[str]:
+    """This module's checks of one ``engine-args`` record, each problem naming the job: an SGLang job's
+    keywords (:func:`sglang_problems`), a vLLM job's ``VLLM_ATTENTION_BACKEND`` and tree keys."""
+    if rec.get("engine") == "sglang":
+        sampling = dict(rec.get("sampling_params") or {})
+        sampling.update({f"<{k}>": v for k, v in (rec.get("other_sampling_params") or {}).items()})
+        probs = sglang_problems(rec["sglang_kwargs"], {k: v for p in sampling.values() for k, v in p.items()},
+                                drafter_class=rec.get("drafter_class"), version=rec["engine_version"])
+    elif rec.get("llm_kwargs") is not None and rec.get("vllm_version"):
+        probs = vllm_tree_problems(rec["vllm_version"], rec["llm_kwargs"].get("speculative_config") or {},
+                                   rec.get("env") or {})
+        probs = [p for p in probs if not p.startswith("speculative_config.")]  # sourcecheck.check_job names those
+    else:
+        return []
+    return [f"{rec['job']}: {p}" for p in probs]
 
-    Model folders are known only after download; they appear as ``<path of <manifest>>``.
+
+def tree_jobs(cfg: Mapping[str, Any], workdir: str = ".") -> list[dict]:
+    """The ``engine-args`` records of the tree study's jobs (Fig. 2): what each passes to SGLang or vLLM.
+
+    Model folders are known only after download; until then they appear as ``<path of <manifest>>``.
     """
-    from .args import experiment_configs, speculative_config
-    from .sglang import DRAFTER_ARCH, SGLANG_VERSION, engine_kwargs, job_spec, sampling_params
-    from .trees import IMAGE_VLLM, VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
+    from .jobs import engine_args
+    from .trees import tree_study
 
-    cpu = (cfg.get("run") or {}).get("kind") == "cpu"
-    container = (cfg.get("engine") or {}).get("container", "paper")
-    out = []
-    for e in cfg.get("experiments", []):
-        if not tree_study(e):
-            continue
-        engine = experiment_engine(e)
-        for label, job in experiment_configs(e).items():
-            spec = job_spec(cfg, e["name"], label)
-            target = f"<path of resources/models/{e['model']}/manifest.json>"
-            drafter = (f"<path of resources/models/{e['model']}/drafters/{job['method']}/manifest.json>"
-                       if job["method"] in ("eagle", "eagle3", "draft_model") else None)
-            rec = {"job": f"results/engine/{e['name']}/bench/{label}.parquet", "experiment": e["name"],
-                   "config": label, "engine": engine, "gpus": spec.tensor_parallel_size}
-            if engine == "sglang":
-                rec.update(rule="engine_sglang_bench", engine_version=SGLANG_VERSION, image=None if cpu else "sglang",
-                           engine_kwargs=engine_kwargs(spec, cfg.get("sglang"), target, drafter),
-                           sampling_params={d: sampling_params(spec, n) for d, n in spec.datasets.items()},
-                           drafter_class=DRAFTER_ARCH.get(job["method"]))
-            else:
-                version = IMAGE_VLLM["cpu" if cpu else container]
-                if spec.tree and not vllm_tree_supported(version):
-                    continue  # the workflow leaves it out on an image without the tree path (common.smk)
-                rec.update(rule="engine_bench", engine_version=version,
-                           image=None if cpu else f"vllm-{container}",
-                           speculative_config=speculative_config(spec, drafter),
-                           env=dict(VLLM_TREE_ENV) if spec.tree else {})
-            out.append(rec)
-    return out
+    study = {e["name"] for e in cfg.get("experiments", []) if tree_study(e)}
+    return [r for r in engine_args(cfg, workdir) if r["experiment"] in study]
 
 
 def job_problems(rec: Mapping[str, Any]) -> list[str]:
-    """The source check of one :func:`tree_jobs` record, each problem naming the job."""
-    if rec["engine"] == "sglang":
-        probs = sglang_problems(rec["engine_kwargs"], next(iter(rec["sampling_params"].values()), {}),
-                                drafter_class=rec.get("drafter_class"), version=rec["engine_version"])
-    else:
-        probs = vllm_tree_problems(rec["engine_version"], rec.get("speculative_config") or {}, rec.get("env") or {})
+    """The source check of one :func:`tree_jobs` record, each problem naming the job: SGLang's arguments, or
+    a vLLM job's tree keys (``speculative_config``) and attention backend."""
+    if rec.get("engine") == "sglang":
+        return record_problems(rec)
+    probs = vllm_tree_problems(rec["vllm_version"], rec["llm_kwargs"].get("speculative_config") or {},
+                               rec.get("env") or {})
     return [f"{rec['job']}: {p}" for p in probs]
 
 
 def add_cli(sub) -> None:
     """``specrepro tree-args``: the tree study's engine jobs with their arguments; ``--check``: against the sdists."""
-    p = sub.add_parser("tree-args", help="Fig. 2's engine jobs (SGLang and vLLM trees) with their arguments, one JSON line each")
+    p = sub.add_parser("tree-args", help="Fig. 2's engine jobs (SGLang and vLLM trees) as engine-args prints them, "
+                                         "one JSON line each")
     p.add_argument("--run-config", required=True, help="results/run_config.json (or a validated config as JSON)")
+    p.add_argument("--workdir", default=".", help="where resources/models/*/manifest.json are (model paths)")
     p.add_argument("--check", action="store_true", help="check every argument against the engines' pinned source")
 
     def run(a):
@@ -250,7 +250,7 @@ def add_cli(sub) -> None:
 
         from ..io import SpecReproError, read_json
 
-        recs = tree_jobs(read_json(a.run_config))
+        recs = tree_jobs(read_json(a.run_config), a.workdir)
         problems = []
         for r in recs:
             print(json.dumps(r, sort_keys=True))

