@@ -13,7 +13,8 @@ import yaml
 from _infra import REPO, env_with
 from specrepro.config import config_problems, validate_schema
 from specrepro.engine.images import (
-    IMAGE_NAMES, deviation, engine_table, image_vllm_version, job_image, min_driver, used_images,
+    IMAGE_NAMES, definition_path, deviation, engine_table, image_engine, image_vllm_version, job_image, min_driver,
+    used_images,
 )
 from specrepro.engine.progress import Progress, duration
 
@@ -28,6 +29,10 @@ def paper():
 def test_images_and_their_labels():
     assert [image_vllm_version(n) for n in IMAGE_NAMES] == ["0.10.1.1", "0.11.1", "0.34.0"]
     assert [min_driver(n) for n in IMAGE_NAMES] == [(570, 26), (570, 26), (580, 65)]
+    # Fig. 2's SGLang image: its own definition and labels (CUDA 12.8 needs driver 570.26)
+    assert definition_path("sglang") == REPO / "containers" / "sglang.def"
+    assert image_engine("sglang") == ("sglang", "0.5.9") and image_engine("v0111") == ("vllm", "0.11.1")
+    assert min_driver("sglang") == (570, 26)
 
 
 def test_paper_config_chooses_the_papers_engines(paper):
@@ -39,13 +44,24 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert job_image(paper, exps["qwen3-8b"], "draft_model", 3) == "latest"
     assert job_image(paper, exps["qwen3-8b-thinking"], "eagle3", 3) == "paper"
     assert job_image(paper, exps["glm-4.5-air"], "mtp", 3) == "v0111"
-    assert used_images(paper) == ["paper", "v0111", "latest"]
+    # Fig. 2: SGLang's experiments in the sglang image; vLLM's tree path on each model's Fig. 1 engine
+    assert job_image(paper, exps["tree-qwen3-8b-sglang"], "eagle3", 21, {"depth": 3, "branching": 4}) == "sglang"
+    assert job_image(paper, exps["tree-llama3-70b-sglang"], "none") == "sglang"
+    assert job_image(paper, exps["tree-qwen3-8b-vllm"], "eagle3", 6, {"depth": 3, "branching": 2}) == "v0111"
+    assert job_image(paper, exps["tree-llama3-70b-vllm"], "eagle", 21, {"depth": 3, "branching": 4}) == "paper"
+    assert used_images(paper) == ["paper", "v0111", "latest", "sglang"]
     cpu = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
     assert job_image(cpu, cpu["experiments"][0], "eagle", 3) is None and used_images(cpu) == []
     devs = {(r["exp"], r["config"]): r["deviation"] for r in engine_table(paper)}
     assert devs[("qwen3-8b", "none")] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
     assert devs[("llama3-70b", "draft_model-k3")] == "a later vLLM snapshot -> vLLM 0.34.0"
     assert devs[("llama3.1-8b", "eagle-k3")] is None
+    assert devs[("tree-qwen3-8b-sglang", "eagle3-k21-tree-d3b4")] is None  # SGLang 0.5.9, as the paper
+    assert devs[("tree-qwen3-8b-vllm", "eagle3-k6-tree-d3b2")] == "SGLang 0.5.9 -> vLLM 0.11.1"
+    assert devs[("tree-llama3-70b-vllm", "none")] == "SGLang 0.5.9 -> vLLM 0.10.1.1"
+    rows = {(r["exp"], r["config"]): r for r in engine_table(paper)}
+    sg = rows[("tree-llama3-70b-sglang", "eagle-k3")]
+    assert (sg["image"], sg["engine"], sg["engine_version"], sg["vllm_version"]) == ("sglang", "sglang", "0.5.9", None)
     assert deviation("vLLM 0.10.1.1", "0.10.1.1") is None and deviation(None, "0.34.0") is None
 
 
@@ -79,6 +95,15 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
     assert [p.split(":")[0] for p in config_problems(cfg)] == ["config error"] * 2
     cfg["experiments"][1]["methods"][4]["container"] = "paper"
     assert config_problems(cfg)[0].startswith('config error: experiments[1].methods[4].container = "paper": ')
+
+
+def test_an_sglang_experiment_takes_no_vllm_image(paper):
+    cfg = copy.deepcopy(paper)
+    i = [e["name"] for e in cfg["experiments"]].index("tree-qwen3-8b-sglang")
+    cfg["experiments"][i]["container"] = "latest"
+    assert config_problems(cfg) == [
+        f'config error: experiments[{i}].container = "latest": experiment tree-qwen3-8b-sglang runs on SGLang, in the '
+        "sglang image (containers/sglang.def): leave container out"]
 
 
 def test_check_config_verb_says_it_in_one_line(paper, tmp_path):

@@ -671,7 +671,7 @@ VERBS = (
 
 #: modules that add their own verbs (``add_cli(sub)``)
 PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
-                "engine.jobs", "engine.sourcecheck", "gpus", "digitise")
+                "engine.jobs", "engine.sourcecheck", "gpus", "digitise", "engine.sglang", "engine.sourcecheck_sglang")
 
 
 def parser() -> argparse.ArgumentParser:

