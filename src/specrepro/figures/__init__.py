@@ -36,6 +36,7 @@ MODULES = (
     "engine_memory",
     "engine_costfit",
     "digitiser_table",
+    "sizing_validation",
 )
 
 
