@@ -260,6 +260,25 @@ def test_a_pilot_runs_spread_replaces_the_traces(tmp_path, proxy):
     assert r2["source"].startswith("released traces")
 
 
+def test_a_pilot_profile_gives_the_shares_spread(tmp_path):
+    """Profile breakdown rows of a previous run: the drafting share's spread is that of the pooled ratio."""
+    draft = np.array([0.20, 0.30, 0.25, 0.22])
+    total = np.array([1.0, 1.1, 0.9, 1.0])
+    rows = [{"exp": "qwen3-8b", "model": "qwen3-8b", "method": "draft_model", "k": 3, "config": "draft_model-k3",
+             "dataset": "cnn", "batch_size": 1, "clock": "device", "steps": 10, "total_s": t, "drafting_s": d,
+             "verification_s": 0.5 * t, "sampling_s": 0.01, "overhead_s": 0.5 * t - d - 0.01}
+            for d, t in zip(draft, total)]
+    path = tmp_path / "draft_model-k3.breakdown.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    pilot = sizing.Pilot.load([path])
+    q = sizing.Quantity("k", "qwen3-8b", "cnn", "draft_model-k3", "breakdown.drafting_pct", (1,))
+    est, spread, n = pilot.spread(q)
+    assert (est, n) == (pytest.approx(100 * draft.sum() / total.sum()), 4)
+    assert spread == pytest.approx(sizing.spread_ratio(100 * draft, total))
+    fwd = sizing.Quantity("k", "qwen3-8b", "cnn", "draft_model-k3", "draft_to_target_forward_pct", (1,))
+    assert pilot.spread(fwd)[0] == pytest.approx(100 * draft.sum() / (3 * 0.5 * total.sum()))
+
+
 # --- the validation study ----------------------------------------------------------------------------------------
 
 
@@ -332,6 +351,9 @@ def test_plan_prints_jobs_claims_and_both_totals(proxy):
     ratio = float(re.match(r"this config / full grid\s+([\d.]+) %$", next(x for x in out if x.startswith("this config /"))).group(1))
     assert ratio == pytest.approx(100 * quick / full, abs=0.01) and ratio <= 2.0
     assert quick == pytest.approx(plan_jobs(sizing.load_config(QUICK))["est_gpu_hours"].sum(), abs=0.01)
+    # requests per experiment, job and dataset: what the sized claims need / what the config gives
+    assert re.search(r"^\s+qwen3-8b\s+bench\s+sharegpt\s+24 / 64$", "\n".join(out), flags=re.M)
+    assert re.search(r"^\s+qwen3-8b-thinking\s+bench\s+gpqa\s+184 / 184$", "\n".join(out), flags=re.M)
 
 
 def test_plan_refuses_a_trace_that_is_not_the_released_one(tmp_path):

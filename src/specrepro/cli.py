@@ -596,7 +596,7 @@ def _plan(sub) -> None:
         from .io import write_csv
         from .plan import plan_jobs
         from .sizing import FULL_CONFIG, REPO, Pilot, format_sized_plan, load_config, released_trace_files
-        from .sizing import size_claims, trace_proxy
+        from .sizing import requests_table, size_claims, trace_proxy
 
         cfg = load_config(a.run_config)
         table = plan_jobs(cfg, a.cost_model)
@@ -614,7 +614,7 @@ def _plan(sub) -> None:
         note = ("a pilot run where it has the quantity, else " if pilot else "") + (
             f"{proxy.label} through the simulator" if proxy else "no released traces found (give --traces)")
         name = str(full.resolve().relative_to(REPO)) if full.resolve().is_relative_to(REPO) else str(full)
-        print(format_sized_plan(table, sizing, full_total, name, note))
+        print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg)))
 
     p.set_defaults(func=run)
 

@@ -607,15 +607,16 @@ def size_claim(claim: Claim, cfg: Mapping[str, Any], proxy: TraceProxy | None, p
         spreads.append(sp)
     n = min(requests_in(cfg, q) for q in qs)
     row["requests"] = n
-    if any(s is None or not math.isfinite(s.spread) for s in spreads):
-        row.update(status=NOT_SIZED, note=(row["note"] + "; " if row["note"] else "")
-                   + ("no spread: give a pilot run" if proxy is None else "the traces do not model this quantity"))
+    why = ""
+    if any(s is not None and not s.from_pilot and not math.isfinite(s.estimate) for s in spreads):
+        why = "no expected value (the paper states a bound, or no second value): give a pilot run (--pilot)"
+    elif any(s is None or not math.isfinite(s.spread) for s in spreads):
+        why = ("no per-request spread: give the released traces (--traces) or a pilot run (--pilot)" if proxy is None
+               else "the traces do not model this quantity: give a pilot run (--pilot)")
+    if why:
+        row.update(status=NOT_SIZED, note=(row["note"] + "; " if row["note"] else "") + why)
         return row
     est = [s.estimate for s in spreads]
-    if not all(math.isfinite(e) for e in est):
-        row.update(status=NOT_SIZED, note=(row["note"] + "; " if row["note"] else "")
-                   + "the paper states a bound, not an estimate: no margin without a pilot")
-        return row
     d = decisive_half_width(claim, est[0], est[1] if claim.kind == "ordering" else None)
     inside = claim.kind != "value" or status_from_interval(claim, est[0]) == REPRODUCED
     m = margin(claim.kind, power, inside=inside)
@@ -1053,7 +1054,8 @@ def claim_line(r: Mapping[str, Any]) -> str:
 
 
 def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_total: float | None,
-                      full_name: str = "config/paper.yaml", spread_note: str = "") -> str:
+                      full_name: str = "config/paper.yaml", spread_note: str = "",
+                      requests: pd.DataFrame | None = None) -> str:
     """The plan (one line per engine job: experiment, job, configuration, GPUs, points, estimated GPU-hours) with,
     under each job, the engine claims it measures and their expected 95 % half-widths; then the claims the config
     does not decide, the config's total, the full grid's total and their ratio."""
@@ -1083,6 +1085,12 @@ def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_tota
                   if r["status"] in (NOT_COVERED, NOT_SIZED) or (r["status"] == SIZED and not r["decided"])]
         if spread_note:
             lines.append(f"(per-request spread: {spread_note})")
+    if requests is not None and len(requests):
+        lines += ["", "requests per experiment, job and dataset: needed by its sized claims / in this config"]
+        per = requests.groupby(["exp", "job", "dataset"], sort=False)[["requests_needed", "requests"]].max()
+        for (exp, job, ds), r in per.iterrows():
+            flag = "" if r["requests"] >= r["requests_needed"] else "  (too few)"
+            lines.append(f"    {exp:<22} {job:<8} {ds:<14} {_fmt(r['requests_needed'], 6):>6} / {int(r['requests'])}{flag}")
     lines += ["", f"{'GPU-hours, this config':<44} {total:>10.2f}"]
     if full_total:
         lines.append(f"{'GPU-hours, full grid (' + full_name + ')':<44} {full_total:>10.2f}")
