@@ -352,8 +352,8 @@ def test_plan_prints_jobs_claims_and_both_totals(proxy):
     assert ratio == pytest.approx(100 * quick / full, abs=0.01) and ratio <= 2.0
     assert quick == pytest.approx(plan_jobs(sizing.load_config(QUICK))["est_gpu_hours"].sum(), abs=0.01)
     # requests per experiment, job and dataset: what the sized claims need / what the config gives
-    assert re.search(r"^\s+qwen3-8b\s+bench\s+sharegpt\s+24 / 64$", "\n".join(out), flags=re.M)
-    assert re.search(r"^\s+qwen3-8b-thinking\s+bench\s+gpqa\s+184 / 184$", "\n".join(out), flags=re.M)
+    assert re.search(r"^\s+qwen3-8b\s+bench\s+sharegpt\s+24 / 64$", "\n".join(out), flags=re.MULTILINE)
+    assert re.search(r"^\s+qwen3-8b-thinking\s+bench\s+gpqa\s+184 / 184$", "\n".join(out), flags=re.MULTILINE)
 
 
 def test_plan_refuses_a_trace_that_is_not_the_released_one(tmp_path):
@@ -403,7 +403,7 @@ def test_quick_config_dag_resolves(tmp_path):
 
     proc = run_snakemake(["-n", "--configfile", str(QUICK), "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout.split("Job stats:", 1)[1], flags=re.M))
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", proc.stdout.split("Job stats:", 1)[1], flags=re.MULTILINE))
     cfg = sizing.load_config(QUICK)
     bench = plan_jobs(cfg)
     assert int(jobs["engine_bench"]) == (bench["job"] == "bench").sum() == 15
