@@ -10,8 +10,9 @@ its influence values (the statistic linearised around the estimate, one value pe
 * ratio mean(x) / mean(y):   ``(x_i - R y_i) / mean(y)``         (also a pooled ratio sum(x) / sum(y))
 * f(m_1, ..., m_j):          ``sum_j df/dm_j (x_ij - m_j)``      (gradient by central differences)
 
-and the expected 95 % interval half-width is ``Z * s / sqrt(n)`` (:func:`expected_half_width`), which is what the
-percentile bootstrap of :mod:`specrepro.uncertainty` gives for these statistics at moderate n.
+and the expected 95 % interval half-width is ``Z * s / sqrt(n)`` (:func:`expected_half_width`), which the
+percentile bootstrap of :mod:`specrepro.uncertainty` comes close to at moderate n (the validation study below
+compares the two on the released traces).
 
 **What decides a claim** is :func:`specrepro.claims.decisive_half_width` ``d`` at the expected estimate (the
 paper's value, or a pilot run's estimate): value claims +- their tolerance, orderings half the gap between the
