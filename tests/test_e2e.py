@@ -131,3 +131,16 @@ def test_digitiser_in_the_report(cpu_run):
     agree = pd.read_csv(cpu_run / "figures" / "tab_digitiser-paper.csv", keep_default_na=False, na_values=[""])
     judged = agree[agree["readable"] & agree["claim_id"].notna()]
     assert len(judged) >= 300 and (judged["agrees"] == True).mean() >= 0.95  # noqa: E712
+
+
+def test_sizing_check_in_the_report(cpu_run):
+    """The quick run's sizing rule checked on the released traces: a report section, coverage near 95 %, the
+    simulator claims it sizes decided as the full draw decides them."""
+    tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
+    assert f"tab_sizing_validation-{RELEASED}.tex" in tex
+    study = pd.read_csv(cpu_run / "results" / "sizing" / RELEASED / "validation.csv")
+    done = study[study["coverage"].notna()]
+    assert len(done) >= 15 and done["replications"].eq(1000).all()
+    assert done["coverage"].between(0.85, 0.99).all()
+    sim = done[done["role"] == "simulator claim"]
+    assert len(sim) >= 4 and (sim["agree"] >= 0.9).all() and (sim["opposite"] == 0).all()

@@ -270,6 +270,14 @@ if PAPER_FIGURES and _missing_figs and workflow.is_main_process:
           file=sys.stderr)
 DIGITISE_TARGETS = ["figures/tab_digitiser-paper.tex"] if DIGITISE else []
 
+# The quick GPU run's sizing rule checked on the released traces (workflow/rules/sizing.smk), for the trace set
+# the simulator runs on; `sizing.sized_config` is the config whose engine claims' stand-ins it subsamples.
+SIZING = config.get("sizing") or {}
+SIZED_CONFIG = repo_path(SIZING["sized_config"]) if SIZING.get("sized_config") else None
+if SIZED_CONFIG and not Path(SIZED_CONFIG).exists():
+    stop(f"config error: sizing.sized_config = {json.dumps(SIZING['sized_config'])}: no such file (relative to the repository)")
+SIZING_TARGETS = [f"figures/tab_sizing_validation-{ts}.tex" for ts in SIM_TRACE_SETS]
+
 
 # Simulator jobs (workflow/rules/simulator.smk): variants by name, the cost model, shared arguments.
 SIM_VARIANTS = {v["name"]: v for v in SIM.get("variants", [])}
@@ -323,7 +331,7 @@ def report_figures():
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
-    return out + engine_targets() + DIGITISE_TARGETS
+    return out + engine_targets() + DIGITISE_TARGETS + SIZING_TARGETS
 
 
 def metrics_files():

@@ -39,6 +39,7 @@ MODULES = (
     "engine_memory",
     "engine_costfit",
     "digitiser_table",
+    "sizing_validation",
 )
 
 
