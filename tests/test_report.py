@@ -85,6 +85,7 @@ def test_methods_the_run_does_not_cover_are_named():
 
     cfg = {"experiments": [{"methods": [{"method": "none"}, {"method": "ngram"}, {"method": "eagle"},
                                         {"method": "eagle3"}, {"method": "draft_model"}]}]}
-    (mtp,) = methods_not_run(cfg)
+    mtp, suffix = methods_not_run(cfg)
     assert mtp["method"] == "mtp" and "MTP layers" in mtp["reason"]
+    assert suffix["method"] == "suffix" and "arctic-inference" in suffix["reason"]
     assert methods_not_run({"experiments": []}) == []

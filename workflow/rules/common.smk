@@ -241,6 +241,15 @@ def adaptive_variant_inputs(wc):
     return [f"results/simulator/{wc.traceset}/variants/{n}/{d}.csv" for n in names for d in TRACE_SETS[wc.traceset]["datasets"]]
 
 
+def today_engine_points(wc):
+    """GPU runs: bench tables of the experiments that run today's methods (suffix, k by batch size)."""
+    if RUN["kind"] != "gpu":
+        return []  # tiny random models measure nothing about the question
+    exps = [x for x, e in EXPERIMENTS.items()
+            if any(m["method"] == "suffix" or m.get("k_by_batch_size") for m in e["methods"])]
+    return [f"results/engine/{x}/bench/{c}.parquet" for x in exps for c in exp_configs(x)]
+
+
 def variant_inputs(wc):
     return [
         f"results/simulator/{wc.traceset}/variants/{v}/{d}.csv"
@@ -453,6 +462,16 @@ if workflow.is_main_process and RUN["kind"] == "gpu" and ENGINE.get("container")
               " run them with --config engine='{container: latest}' if they fail", file=sys.stderr)
 
 
+# Experiments that ask for another image than the run's (experiments[].container; suffix decoding and k by
+# batch size need latest). Until engine jobs pick their image per experiment, the run's image serves all.
+if workflow.is_main_process and RUN["kind"] == "gpu":
+    _other = sorted(x for x, e in EXPERIMENTS.items() if e.get("container", ENGINE.get("container")) != ENGINE.get("container"))
+    if _other:
+        print(f"note: experiments {', '.join(_other)} ask for another engine image than engine.container = "
+              f"{ENGINE.get('container')!r}; this workflow runs every engine job in the run's image: run them with "
+              "--config engine='{container: latest}'", file=sys.stderr)
+
+
 def cost_sweep(wc):
     """`--cost-sweep` of a profiled pass whose step shapes are known: no SD, or a draft model that is its target."""
     job = ENGINE_JOBS[(wc.exp, wc.config)]
@@ -497,6 +516,8 @@ def trace_mem_mb(wc):
 
 def engine_trace_methods(exp):
     """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
+    if not EXPERIMENTS[exp].get("acceptance_traces", True):
+        return []
     seen = []
     for c in exp_configs(exp).values():
         if c["method"] in TRACEABLE and c["method"] not in seen:

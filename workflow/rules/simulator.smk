@@ -379,6 +379,7 @@ rule tab_today:
         variants=adaptive_variant_inputs,
         today=today_inputs,
         schedule="results/simulator/{traceset}/today/schedule.json",
+        engine=today_engine_points,
     output:
         tex="figures/tab_today-{traceset}.tex",
         csv="figures/tab_today-{traceset}.csv",
@@ -389,4 +390,4 @@ rule tab_today:
     shell:
         "specrepro figure tab_today --run-config {input.config} --subject {wildcards.traceset}"
         " --summaries {input.summaries} {input.variants} {input.today} --schedule {input.schedule}"
-        " --csv {output.csv} -o {output.tex} 2> {log}"
+        " --engine-points {input.engine:q} --csv {output.csv} -o {output.tex} 2> {log}"

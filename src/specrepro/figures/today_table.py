@@ -42,6 +42,8 @@ def add_arguments(p) -> None:
                    help="paper-mode, variant (adaptive) and today summaries of specrepro simulate")
     p.add_argument("--schedule", help="k-schedule output (the pooled schedules are listed)")
     p.add_argument("--csv", required=True, help="the full table as CSV")
+    p.add_argument("--engine-points", nargs="*", default=[],
+                   help="bench tables of the experiments that run today's methods (GPU runs): measured speedups")
 
 
 def _cell(v: float, closed: float) -> str:
@@ -56,9 +58,11 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
     lines = []
     if text:
         lines += [r"\begin{minipage}{\linewidth}\raggedright\footnotesize",
-                  r"\textbf{On the released traces} (this run's simulator): " + " ".join(tex_escape(s) for s in text),
+                  r"\textbf{On the released traces} (this run's simulator):\\",
+                  "\\\\\n".join(tex_escape(s) for s in text),
                   r"\end{minipage}\par\medskip", ""]
     lines += [
+        r"{\footnotesize\setlength{\tabcolsep}{4pt}",
         r"\begin{tabular}{lr rr " + "r" * len(SHOWN) + "}",
         r"\toprule",
         r"Dataset & B & best fixed & oracle & " + " & ".join(SHORT[k] for k in SHOWN) + r" \\",
@@ -73,7 +77,7 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
         best = f"{r['best_fixed']:.2f} ({PROPOSER_TEXT.get(r['best_fixed_proposer'], r['best_fixed_proposer'])} {r['best_fixed_k']})"
         cells = " & ".join(_cell(r[k], r.get(f"{k}_closed")) for k in SHOWN)
         lines.append(f"{ds} & {r['batch_size']} & {best} & {r[ORACLE]:.2f} & {cells} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\bottomrule", r"\end{tabular}}"]
     if schedule:
         rows = []
         for p, e in (schedule.get("proposers") or {}).items():
@@ -84,11 +88,37 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measured_latex(points, ctx: TraceContext) -> str:
+    """Measured speedups over no SD (mean throughput over requests) of every configuration, per experiment."""
+    from ..engine.metrics import config_label_text, config_order, load_points, speedup_points
+
+    p = load_points(points)
+    t = speedup_points(p)
+    t = t[t["config"] != "none"]
+    if t.empty:
+        return ""
+    order = [c for c, m, k in config_order(p) if c != "none"]
+    names = {c: config_label_text(m, k, ctx.proposers, c) for c, m, k in config_order(p)}
+    cols = [c for c in order if c in set(t["config"])]
+    lines = ["", r"\par\medskip\footnotesize\textbf{Measured} on the engine (speedup over no SD, mean over requests):",
+             "", r"\begin{tabular}{llr " + "r" * len(cols) + "}", r"\toprule",
+             "Exp. & Dataset & B & " + " & ".join(tex_escape(names[c]) for c in cols) + r" \\", r"\midrule"]
+    for (exp, ds, b), g in t.groupby(["exp", "dataset", "batch_size"], sort=True):
+        s = g.set_index("config")["speedup"]
+        cells = " & ".join("--" if c not in s or math.isnan(s[c]) else f"{s[c]:.2f}" for c in cols)
+        lines.append(f"{tex_escape(exp)} & {tex_escape(ctx.dataset_label(ds))} & {int(b)} & {cells} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
 def build(args, ctx: TraceContext) -> None:
     t = gap_table(load_summaries(args.summaries), ctx.datasets)
     write_csv(args.csv, t, float_format="%.10g")
     schedule = read_json(args.schedule) if args.schedule else None
-    write_text(args.output, to_latex(t, ctx, schedule))
+    text = to_latex(t, ctx, schedule)
+    if args.engine_points:
+        text += measured_latex(args.engine_points, ctx)
+    write_text(args.output, text)
 
 
 __all__ = ["SPEC", "METHODS", "add_arguments", "build"]
