@@ -395,3 +395,25 @@ def test_config_errors_of_the_new_methods_name_the_key_and_the_fix():
                  "largest (5): vLLM caps every k at it"]
     p = config_problems(_config({"method": "eagle3", "k": [5], "k_by_batch_size": [[2, 8, 5]]}, "latest"))
     assert p and "first range must start at 1" in p[0] and p[0].startswith("config error: experiments[0].methods[1].k_by_batch_size")
+
+
+def test_measured_speedups_of_a_gpu_run_are_listed_under_the_table(tmp_path):
+    from specrepro.figures import TraceContext
+    from specrepro.figures.today_table import measured_latex
+    from specrepro.io import write_parquet
+
+    rows = []
+    for cfg, method, k, tpt in (("none", "none", None, 100.0), ("eagle3-k10-bs", "eagle3", 10, 150.0),
+                                ("suffix-k3", "suffix", 3, 120.0)):
+        for r in range(2):
+            rows.append({"exp": "today", "model": "m", "method": method, "k": k, "config": cfg, "dataset": "gsm8k",
+                         "request_index": r, "batch_size": 1, "status": "ok", "error": None, "wall_s": 1.0,
+                         "output_tokens": tpt, "throughput": tpt + (10.0 if r else -10.0), "num_drafts": 0.0,
+                         "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0, "accepted_per_pos": [],
+                         "acceptance_length": float("nan"), "output_token_ids": [1, 2]})
+    path = tmp_path / "p.parquet"
+    write_parquet(path, pd.DataFrame(rows))
+    ctx = TraceContext("ts", "ts", ("gsm8k",), {"gsm8k": "GSM8K"}, {"eagle3": "EAGLE-3", "suffix": "suffix decoding"}, {})
+    tex = measured_latex([str(path)], ctx)
+    assert "EAGLE-3 (k by batch size, up to 10)" in tex and "suffix decoding (k=3)" in tex
+    assert "today & GSM8K & 1 & 1.50 & 1.20" in tex

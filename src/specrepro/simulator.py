@@ -32,6 +32,14 @@ have the output's length) and the online ``adaptive`` policy (see
 :class:`AdaptiveParams`; it prices steps at the batch size, so its path is walked
 once per batch size).
 
+Today's engines (none of it changes paper mode): any ``fixed-<k>``; proposer ``suffix`` (the
+``acc_suffix`` traces of :mod:`specrepro.suffix`): its lookup is charged as n-gram's drafting cost at
+every step and a fixed k always verifies ``k + 1`` tokens, as vLLM 0.34's GPU suffix speculator fills
+missing draft slots (no no-match draw); ``combined3``: Oracle Combine of n-gram, EAGLE and suffix (the
+paper's accounting: n-gram's drafting cost); policy ``batch-schedule``: vLLM's
+``num_speculative_tokens_per_batch_size`` (:func:`schedule_k`), i.e. at batch size B the fixed k the
+schedule gives B (k = 0: no speculation, speedup 1).
+
 :func:`simulate_reference` is a plain per-copy, per-step simulation of the same
 model, kept as the test oracle for :func:`simulate`.
 """

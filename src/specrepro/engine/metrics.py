@@ -86,12 +86,12 @@ def config_order(points: pd.DataFrame) -> list[tuple[str, str, int | None]]:
 
 
 def config_label_text(method: str, k: int | None, labels: Mapping[str, str], config: str | None = None) -> str:
-    """``n-gram (k=3)``; ``no SD``; ``EAGLE-3 (k by batch size, <=10)`` for a ``-bs`` configuration."""
+    """``n-gram (k=3)``; ``no SD``; ``EAGLE-3 (k by batch size, up to 10)`` for a ``-bs`` configuration."""
     name = labels.get(method, method)
     if method == "none" or k is None:
         return name
     if config is not None and str(config).endswith("-bs"):
-        return f"{name} (k by batch size, <={k})"
+        return f"{name} (k by batch size, up to {k})"
     return f"{name} (k={k})"
 
 

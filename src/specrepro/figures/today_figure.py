@@ -18,7 +18,8 @@ SPEC = FigureSpec(
         "Simulated speedup ({subject_label}, paper mode, the released traces and the paper's H100 cost model) of "
         "what current vLLM adds, per dataset and batch size: k by batch size (vLLM's "
         "num_speculative_tokens_per_batch_size, each dataset with the schedule chosen on the other datasets) for "
-        "n-gram and EAGLE; suffix decoding (traces recomputed from the tokens) at k = 3 and with k by batch size; "
+        "n-gram and EAGLE; suffix decoding (traces recomputed from the tokens: each request's own prompt and "
+        "output, longest match, frequency-voted draft; no cross-request tree) at k = 3 and with k by batch size; "
         "the online adaptive n-gram/EAGLE policy; against the paper's best fixed k (grey) and the oracles "
         "(Oracle Combine of n-gram and EAGLE, and of n-gram, EAGLE and suffix)."
     ),
