@@ -61,8 +61,6 @@ from .traces import TraceRecord
 PROPOSERS = ("ngram", "eagle", "combined", "suffix", "combined3")
 PAPER_POLICIES = ("fixed-1", "fixed-3", "fixed-5", "oracle")
 POLICIES = PAPER_POLICIES + ("adaptive", "batch-schedule")
-#: proposers whose draft is a lookup in the tokens (charged as n-gram's drafting cost)
-LOOKUP_PROPOSERS = ("ngram", "suffix")
 #: proposers a batch-schedule policy (k by batch size) can drive
 SCHEDULED_PROPOSERS = ("ngram", "eagle", "suffix")
 COMBINE_COSTS = ("ngram", "winner", "both")  #: "ngram" = the paper's accounting

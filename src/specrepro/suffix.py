@@ -23,11 +23,12 @@ Where this simplifies the real suffix trees (arctic-inference's ``SuffixDecoding
   the best (sum of per-token frequencies); here only the longest match votes. vLLM 0.34's
   per-request scan does the same (longest match, then the latest position); its corpus path scores
   lengths.
-* **No probability floor, full length.** arctic-inference stops a draft below
-  ``suffix_decoding_min_token_prob`` (0.1) or beyond ``max_spec_factor`` x the match length; vLLM
-  0.34 always drafts ``num_speculative_tokens`` (filler slots are rejected). Here the draft runs to
-  ``k`` (20, as in the released traces) or until the candidates run out, as a potential span; the
-  simulator then caps it at the policy's k.
+* **No probability floor, full length.** arctic-inference stops a draft at a token whose frequency
+  share is below ``suffix_decoding_min_token_prob`` (0.1), at ``max_spec_factor`` (1.0) x the match
+  length, and where match plus draft would pass the tree depth (24); vLLM 0.34 always drafts
+  ``num_speculative_tokens`` (filler slots are rejected). Here the draft runs to ``k`` (20, as in the
+  released traces) or until the candidates run out, as a potential span; the simulator then caps it at
+  the policy's k.
 * **A chain, not a tree.** Both engines verify one chain per step; so does this.
 """
 
