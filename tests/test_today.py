@@ -417,3 +417,71 @@ def test_measured_speedups_of_a_gpu_run_are_listed_under_the_table(tmp_path):
     tex = measured_latex([str(path)], ctx)
     assert "EAGLE-3 (k by batch size, up to 10)" in tex and "suffix decoding (k=3)" in tex
     assert "today & GSM8K & 1 & 1.50 & 1.20" in tex
+
+
+# --- the stage end to end on a tiny trace set (the rules' commands) ----------------------------------
+
+
+def test_today_stage_commands_build_the_figure_and_table(tmp_path):
+    from specrepro.cli import main
+    from specrepro.io import write_json
+
+    from conftest import small_record, write_jsonl
+
+    def run(*args):
+        assert main([str(a) for a in args]) == 0
+
+    rng = np.random.default_rng(0)
+    summaries, grids = [], []
+    for ds in ("cnn", "gsm8k"):
+        recs = []
+        for i in range(10):
+            prompt = rng.integers(0, 6, 20).tolist()
+            output = (prompt[:8] if i % 2 else rng.integers(0, 6, 12).tolist()) + rng.integers(0, 6, 6).tolist()
+            n = len(output)
+            recs.append(small_record(f"{ds}{i}", output, [1 + int(v) for v in rng.integers(0, 4, n)],
+                                     [1 + int(v) for v in rng.integers(0, 3, n)], prompt))
+        trace = write_jsonl(tmp_path / f"{ds}.jsonl", recs)
+        st = tmp_path / f"{ds}.suffix.jsonl"
+        run("suffix-trace", trace, "--dataset", ds, "-o", st)
+        common = ["--trace", st, "--dataset", ds, "--batch-sizes", "1", "4", "--num-requests", "8"]
+        run("simulate", *common, "--proposer", "ngram", "eagle", "combined", "--policy", "fixed-1", "fixed-3", "fixed-5",
+            "oracle", "-o", tmp_path / f"paper-{ds}.csv")
+        run("simulate", *common, "--proposer", "combined", "--policy", "adaptive", "-o", tmp_path / f"ad-{ds}.csv")
+        run("simulate", *common, "--proposer", "ngram", "eagle", "suffix", "--policy", "fixed-1", "fixed-2", "fixed-4",
+            "-o", tmp_path / f"grid-{ds}.csv")
+        grids.append(tmp_path / f"grid-{ds}.csv")
+        summaries += [tmp_path / f"paper-{ds}.csv", tmp_path / f"ad-{ds}.csv"]
+    run("k-schedule", "--grids", *grids, "-o", tmp_path / "schedule.json")
+    doc = json.loads((tmp_path / "schedule.json").read_text())
+    for ds in ("cnn", "gsm8k"):
+        common = ["--trace", tmp_path / f"{ds}.suffix.jsonl", "--dataset", ds, "--batch-sizes", "1", "4",
+                  "--num-requests", "8"]
+        run("simulate", *common, "--proposer", "ngram", "eagle", "suffix", "--policy", "batch-schedule",
+            "--schedule", tmp_path / "schedule.json", "-o", tmp_path / f"today-{ds}.csv")
+        run("simulate", *common, "--proposer", "suffix", "combined3", "--policy", "fixed-1", "fixed-3", "fixed-5",
+            "oracle", "-o", tmp_path / f"today-{ds}.suffix.csv")
+        summaries += [tmp_path / f"today-{ds}.csv", tmp_path / f"today-{ds}.suffix.csv"]
+        # each dataset ran with the EAGLE schedule chosen on the other one: its fixed k at each batch size
+        today = pd.read_csv(tmp_path / f"today-{ds}.csv").set_index(["proposer", "batch_size"])["speedup"]
+        grid = pd.read_csv(tmp_path / f"grid-{ds}.csv").set_index(["proposer", "policy", "batch_size"])["speedup"]
+        held = doc["proposers"]["eagle"]["held_out"][ds]
+        for b in (1, 4):
+            k = schedule_k(held, b)
+            assert today[("eagle", b)] == (1.0 if k == 0 else grid[("eagle", f"fixed-{k}", b)])
+    cfg = {"run": {"name": "t", "kind": "cpu"}, "datasets": {"cnn": {"label": "CNN/DM"}, "gsm8k": {"label": "GSM8K"}},
+           "figures": {}, "trace_sets": {"toy": {"label": "Toy", "datasets": ["cnn", "gsm8k"],
+                                                 "proposers": [["ngram", "n-gram"], ["eagle", "EAGLE"]]}}}
+    write_json(tmp_path / "rc.json", cfg)
+    outs = []
+    for tag in ("a", "b"):
+        run("figure", "fig_today", "--run-config", tmp_path / "rc.json", "--subject", "toy", "--summaries", *summaries,
+            "-o", tmp_path / f"f-{tag}.pdf")
+        run("figure", "tab_today", "--run-config", tmp_path / "rc.json", "--subject", "toy", "--summaries", *summaries,
+            "--schedule", tmp_path / "schedule.json", "--csv", tmp_path / f"t-{tag}.csv", "-o", tmp_path / f"t-{tag}.tex")
+        outs.append(((tmp_path / f"f-{tag}.pdf").read_bytes(), (tmp_path / f"t-{tag}.tex").read_bytes()))
+    assert outs[0] == outs[1] and outs[0][0].startswith(b"%PDF")
+    tex = outs[0][1].decode()
+    assert "CNN/DM: at B = 1 the best fixed k gives" in tex and "Pooled k-by-batch-size schedules" in tex
+    t = pd.read_csv(tmp_path / "t-a.csv")
+    assert len(t) == 4 and (t["combined3_oracle"] >= t["combined_oracle"] - 1e-12).all()
