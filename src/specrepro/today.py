@@ -35,6 +35,7 @@ PAPER_FIXED = tuple((p, f"fixed-{k}") for p in ("ngram", "eagle") for k in (1, 3
 #: (key, proposer, policy, label) of every method of the comparison, in display order
 METHODS = (
     ("best_fixed", None, None, "best fixed k (paper)"),
+    ("eagle_k3", "eagle", "fixed-3", "EAGLE, k = 3 (the paper's engine runs)"),
     ("ngram_schedule", "ngram", "batch-schedule", "n-gram, k by batch size"),
     ("eagle_schedule", "eagle", "batch-schedule", "EAGLE, k by batch size"),
     ("suffix_k3", "suffix", "fixed-3", "suffix, k = 3"),

@@ -34,6 +34,7 @@ SPEC = FigureSpec(
 #: gap-table column -> (colour, line style, marker, label)
 LINES = {
     "best_fixed": ("#7f7f7f", "-", "s", "best fixed k (paper)"),
+    "eagle_k3": (style.METHOD_COLORS["eagle"], "--", "d", "EAGLE, k=3"),
     "ngram_schedule": (style.METHOD_COLORS["ngram"], "-", "o", "n-gram, k by B"),
     "eagle_schedule": (style.METHOD_COLORS["eagle"], "-", "D", "EAGLE, k by B"),
     "suffix_k3": (style.METHOD_COLORS["suffix"], "--", "v", "suffix, k=3"),

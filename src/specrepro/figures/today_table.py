@@ -17,8 +17,8 @@ SPEC = FigureSpec(
     paper_ref="Figs. 10, 12; vLLM 0.34",
     caption=(
         "Simulated speedups ({subject_label}, paper mode): the paper's best fixed k (n-gram or EAGLE, k = 1, 3 "
-        "or 5; which in brackets), the oracle (Oracle Combine of n-gram, EAGLE and suffix), and for each of "
-        "today's methods its speedup and, in brackets, the share of the gap between the two it closes "
+        "or 5; which in brackets: E5 is EAGLE with k = 5, n3 n-gram with k = 3), the oracle (Oracle Combine of n-gram, EAGLE and suffix), EAGLE at k = 3 (the "
+        "paper's engine runs), and for each of today's methods its speedup and, in brackets, the share of the gap between the two it closes "
         "((S - best fixed) / (oracle - best fixed); negative: slower than the best fixed k). k by batch size: "
         "each dataset is simulated with the schedule chosen on the other datasets (per batch size, the k with "
         "the best geometric-mean fixed-k speedup); the pooled schedules, what an engine is given, are listed "
@@ -31,10 +31,11 @@ SPEC = FigureSpec(
     data="simulator on released traces",
 )
 
-SHOWN = ("eagle_schedule", "ngram_schedule", "suffix_schedule", "suffix_k3", "adaptive")
-SHORT = {"eagle_schedule": "EAGLE k(B)", "ngram_schedule": "n-gram k(B)", "suffix_schedule": "suffix k(B)",
-         "suffix_k3": "suffix k=3", "adaptive": "adaptive"}
+SHOWN = ("eagle_k3", "eagle_schedule", "ngram_schedule", "suffix_schedule", "suffix_k3", "adaptive")
+SHORT = {"eagle_k3": "EAGLE k=3", "eagle_schedule": "EAGLE k(B)", "ngram_schedule": "n-gram k(B)",
+         "suffix_schedule": "suffix k(B)", "suffix_k3": "suffix k=3", "adaptive": "adaptive"}
 PROPOSER_TEXT = {"ngram": "n-gram", "eagle": "EAGLE", "suffix": "suffix"}
+PROPOSER_SHORT = {"ngram": "n", "eagle": "E"}
 
 
 def add_arguments(p) -> None:
@@ -49,7 +50,7 @@ def add_arguments(p) -> None:
 def _cell(v: float, closed: float) -> str:
     if v is None or math.isnan(v):
         return "--"
-    c = "--" if closed is None or math.isnan(closed) else f"{100 * closed:+.0f}\\%"
+    c = "--" if closed is None or math.isnan(closed) else f"{round(100 * closed) + 0:+d}\\%"  # no "-0"
     return f"{v:.2f} ({c})"
 
 
@@ -62,7 +63,7 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
                   "\\\\\n".join(tex_escape(s) for s in text),
                   r"\end{minipage}\par\medskip", ""]
     lines += [
-        r"{\footnotesize\setlength{\tabcolsep}{4pt}",
+        r"{\footnotesize\setlength{\tabcolsep}{3.5pt}",
         r"\begin{tabular}{lr rr " + "r" * len(SHOWN) + "}",
         r"\toprule",
         r"Dataset & B & best fixed & oracle & " + " & ".join(SHORT[k] for k in SHOWN) + r" \\",
@@ -74,7 +75,7 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
             lines.append(r"\addlinespace")
         ds = tex_escape(ctx.dataset_label(r["dataset"])) if r["dataset"] != prev else ""
         prev = r["dataset"]
-        best = f"{r['best_fixed']:.2f} ({PROPOSER_TEXT.get(r['best_fixed_proposer'], r['best_fixed_proposer'])} {r['best_fixed_k']})"
+        best = f"{r['best_fixed']:.2f} ({PROPOSER_SHORT.get(r['best_fixed_proposer'], r['best_fixed_proposer'])}{r['best_fixed_k']})"
         cells = " & ".join(_cell(r[k], r.get(f"{k}_closed")) for k in SHOWN)
         lines.append(f"{ds} & {r['batch_size']} & {best} & {r[ORACLE]:.2f} & {cells} \\\\")
     lines += [r"\bottomrule", r"\end{tabular}}"]
