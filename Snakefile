@@ -6,7 +6,7 @@
 #
 # Stages, one file each under workflow/rules/: common (config), containers (images, preflight),
 # inputs (models, datasets, manifest), models (tiny builds), traces, acceptance, simulator,
-# engine (vLLM runs and their figures), report.
+# engine (vLLM runs and their figures), digitise (the paper's figure images read independently), report.
 
 from snakemake.utils import min_version
 
@@ -21,6 +21,7 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/simulator.smk"
 include: "workflow/rules/engine.smk"
+include: "workflow/rules/digitise.smk"
 include: "workflow/rules/report.smk"
 
 

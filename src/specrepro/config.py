@@ -163,6 +163,9 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             f"config error: engine.ngram.prompt_lookup_min = {ng['prompt_lookup_min']}: larger than "
             f"prompt_lookup_max = {ng['prompt_lookup_max']}"
         )
+    from .engine.images import image_problems
+
+    problems += image_problems(config)  # each GPU job's image must run its method
     problems += _simulator_problems(config)
     return problems
 

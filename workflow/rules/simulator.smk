@@ -143,6 +143,7 @@ rule simulator_metrics:
         "results/metrics/simulator-{traceset}.json",
     params:
         edges=" ".join(str(e) for e in SIM.get("fig9", {}).get("bleu_edges", [])),
+        draw=f"--num-requests {SIM.get('num_requests')} --seed {SIM.get('seed')}",
     log:
         "logs/simulator/{traceset}/metrics.log",
     conda:
@@ -150,7 +151,7 @@ rule simulator_metrics:
     shell:
         "specrepro sim-metrics --traceset {wildcards.traceset} --inputs {input.paper} {input.variants} {input.today}"
         " --recomputed {input.recomputed} --all-requests {input.fig9} --ngram-stats {input.stats}"
-        " --bleu {input.bleu} --bleu-edges {params.edges} -o {output} 2> {log}"
+        " --bleu {input.bleu} --bleu-edges {params.edges} {params.draw} -o {output} 2> {log}"
 
 
 # --- figures and tables ------------------------------------------------------------------------

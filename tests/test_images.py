@@ -1,0 +1,113 @@
+"""Engine choice per job: images, their labels, the method check before any job, deviations; progress lines."""
+
+from __future__ import annotations
+
+import copy
+import io
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from _infra import REPO, env_with
+from specrepro.config import config_problems, validate_schema
+from specrepro.engine.images import (
+    IMAGE_NAMES, deviation, engine_table, image_vllm_version, job_image, min_driver, used_images,
+)
+from specrepro.engine.progress import Progress, duration
+
+
+@pytest.fixture(scope="module")
+def paper():
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    return cfg
+
+
+def test_images_and_their_labels():
+    assert [image_vllm_version(n) for n in IMAGE_NAMES] == ["0.10.1.1", "0.11.1", "0.34.0"]
+    assert [min_driver(n) for n in IMAGE_NAMES] == [(570, 26), (570, 26), (580, 65)]
+
+
+def test_paper_config_chooses_the_papers_engines(paper):
+    exps = {e["name"]: e for e in paper["experiments"]}
+    assert job_image(paper, exps["llama3.1-8b"], "eagle3", 3) == "paper"
+    assert job_image(paper, exps["llama3-70b"], "draft_model", 3) == "latest"
+    assert job_image(paper, exps["llama3-70b"], "none") == "paper"
+    assert job_image(paper, exps["qwen3-8b"], "eagle3", 3) == "v0111"
+    assert job_image(paper, exps["qwen3-8b"], "draft_model", 3) == "latest"
+    assert job_image(paper, exps["qwen3-8b-thinking"], "eagle3", 3) == "paper"
+    assert job_image(paper, exps["glm-4.5-air"], "mtp", 3) == "v0111"
+    assert used_images(paper) == ["paper", "v0111", "latest"]
+    cpu = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    assert job_image(cpu, cpu["experiments"][0], "eagle", 3) is None and used_images(cpu) == []
+    devs = {(r["exp"], r["config"]): r["deviation"] for r in engine_table(paper)}
+    assert devs[("qwen3-8b", "none")] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
+    assert devs[("llama3-70b", "draft_model-k3")] == "a later vLLM snapshot -> vLLM 0.34.0"
+    assert devs[("llama3.1-8b", "eagle-k3")] is None
+    assert deviation("vLLM 0.10.1.1", "0.10.1.1") is None and deviation(None, "0.34.0") is None
+
+
+def _single_image(paper, name):
+    cfg = copy.deepcopy(paper)
+    cfg["engine"]["container"] = name
+    for e in cfg["experiments"]:
+        e.pop("container", None)
+        for m in e["methods"]:
+            m.pop("container", None)
+    return cfg
+
+
+def test_a_method_its_image_cannot_run_stops_the_config(paper):
+    """Defects 2 and 3: on the paper image alone, draft models and GLM's MTP were scheduled and failed at LLM()."""
+    problems = config_problems(_single_image(paper, "paper"))
+    assert problems == [
+        'config error: engine.container = "paper": experiment llama3-70b method draft_model cannot run on vLLM '
+        "0.10.1.1: its V1 engine raises NotImplementedError for draft-model speculative decoding; set "
+        "experiments[1].methods[4].container to latest",
+        'config error: engine.container = "paper": experiment qwen3-8b method draft_model cannot run on vLLM '
+        "0.10.1.1: its V1 engine raises NotImplementedError for draft-model speculative decoding; set "
+        "experiments[2].methods[4].container to latest",
+        'config error: engine.container = "paper": experiment glm-4.5-air method mtp cannot run on vLLM 0.10.1.1: '
+        "it fills the MTP model in only for deepseek_v3/mimo targets (others fail at LLM() with "
+        "'num_speculative_tokens was provided without speculative model'); set experiments[4].methods[2].container "
+        "to v0111 or latest",
+    ]
+    assert config_problems(paper) == [] and config_problems(_single_image(paper, "latest")) == []
+    cfg = _single_image(paper, "v0111")
+    assert [p.split(":")[0] for p in config_problems(cfg)] == ["config error"] * 2
+    cfg["experiments"][1]["methods"][4]["container"] = "paper"
+    assert config_problems(cfg)[0].startswith('config error: experiments[1].methods[4].container = "paper": ')
+
+
+def test_check_config_verb_says_it_in_one_line(paper, tmp_path):
+    path = tmp_path / "one-image.yaml"
+    path.write_text(yaml.safe_dump(_single_image(paper, "paper")))
+    proc = subprocess.run([sys.executable, "-m", "specrepro", "check-config", str(path)], capture_output=True,
+                          text=True, env=env_with(), timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        'specrepro check-config: error: config error: engine.container = "paper": experiment llama3-70b method '
+        "draft_model cannot run on vLLM 0.10.1.1: its V1 engine raises NotImplementedError for draft-model "
+        "speculative decoding; set experiments[1].methods[4].container to latest"]
+
+
+def test_progress_lines_and_bar():
+    now = [100.0]
+    log = io.StringIO()
+    p = Progress("x eagle-k3", 10, done=4, stream=log, clock=lambda: now[0])
+    now[0] += 30.0
+    assert p.step("cnn request 0 B=1") == "x eagle-k3: 5/10 points (cnn request 0 B=1), elapsed 30s, ETA 2m30s"
+    now[0] += 3570.0
+    p.step()
+    assert log.getvalue().splitlines()[-1] == "x eagle-k3: 6/10 points, elapsed 1h00m, ETA 2h00m"
+    tty = io.StringIO()
+    tty.isatty = lambda: True
+    b = Progress("y", 2, stream=tty, clock=lambda: now[0])
+    b.step()
+    b.step()
+    text = tty.getvalue()
+    assert text.startswith("\r[############............] y: 1/2 points") and text.endswith("\n")
+    assert "\r[########################] y: 2/2 points" in text
+    assert duration(None) == "?" and duration(59.4) == "59s" and duration(7260) == "2h01m"
