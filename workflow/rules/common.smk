@@ -123,7 +123,7 @@ def job_image_name(wc):
     exp = EXPERIMENTS[wc.exp]
     if hasattr(wc, "config"):
         job = ENGINE_JOBS[(wc.exp, wc.config)]
-        return job_image(config, exp, job["method"], job["k"])
+        return job_image(config, exp, job["method"], job["k"], bool(job.get("k_by_batch_size")))
     return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
 
 

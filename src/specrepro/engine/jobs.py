@@ -69,7 +69,7 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": {k: v for k, v in drafter_of(cfg, exp, job["method"]).items() if k in ("method_name", "max_model_len")},
         "batching": engine.get("batching", "replicate"),
-        "image": job_image(cfg, exp, job["method"], job["k"]),
+        "image": job_image(cfg, exp, job["method"], job["k"], bool(job.get("k_by_batch_size"))),
     }
     if job.get("k_by_batch_size"):
         spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
@@ -169,11 +169,13 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
     """One line of ``engine-args``: the job, its image and vLLM, and every keyword it passes to vLLM."""
     exp = _experiments(cfg)[job.exp]
     model = cfg["models"][exp["model"]]
-    image = job_image(cfg, exp, job.method, job.k)
+    bs = None if job.rule == "engine_trace" else bool(experiment_configs(exp)[job.config].get("k_by_batch_size"))
+    image = job_image(cfg, exp, job.method, job.k, bs)
     version = image_vllm_version(image) if image else cpu_vllm
     rec: dict[str, Any] = {
         "job": job.output, "rule": job.rule, "experiment": job.exp, "config": job.config, "method": job.method,
-        "k": job.k, "image": image, "vllm_version": version, "paper_engine": job_paper_engine(cfg, exp, job.method, job.k),
+        "k": job.k, "image": image, "vllm_version": version,
+        "paper_engine": job_paper_engine(cfg, exp, job.method, job.k, bs),
         "gpus": int(model.get("tensor_parallel_size", 1)) if (cfg.get("run") or {}).get("kind") == "gpu" else 0,
         "log": job.log, "env": dict((cfg.get("engine") or {}).get("env") or {}),
     }
