@@ -245,11 +245,17 @@ def test_batch_schedule_is_the_fixed_k_of_each_batch_size_and_k0_is_no_speculati
     w = random_workload(2)
     sched = ((1, 1, 5), (2, 7, 3), (8, 15, 1), (16, 16, 0))
     got = simulate(w, SimSpec("ngram", "batch-schedule", ngram_match_prob=0.3, schedule=sched), [1, 4, 8, 16, 32], cost)
-    s = got.summary.set_index("batch_size")["speedup"]
+    g = got.summary.set_index("batch_size")
+    s = g["speedup"]
     for b, k in ((1, 5), (4, 3), (8, 1)):
         fixed = simulate(w, SimSpec("ngram", f"fixed-{k}", ngram_match_prob=0.3), [1, 4, 8, 16, 32], cost).summary
-        assert s[b] == fixed.set_index("batch_size")["speedup"][b]
+        f = fixed.set_index("batch_size").loc[b]
+        assert s[b] == f["speedup"]
+        # the interval over the drawn requests is that fixed k's
+        assert (g.loc[b, "ci_low"], g.loc[b, "ci_high"]) == (f["ci_low"], f["ci_high"]) and f["ci_low"] < f["ci_high"]
     assert s[16] == 1.0 and s[32] == 1.0  # k = 0 carried past the last range
+    # no speculation: the ratio is 1 on every request, so on every resample
+    assert (g.loc[[16, 32], ["ci_low", "ci_high"]] == 1.0).all().all()
     assert set(got.summary["policy"]) == {"batch-schedule"}
 
 
@@ -293,6 +299,16 @@ def test_gap_table_and_statement_hand_computed():
     text = statements(t, (1, 64))
     assert text == ["d: at B = 1 the best fixed k gives 2.00x and the oracle 3.00x; k by batch size (EAGLE) closes "
                     "50% of that gap and suffix decoding (k by batch size) -50%."]
+    # with the simulator's intervals: each speedup carries its own run's, the statement prints them
+    ci = {("eagle", "fixed-3"): (1.9, 2.1), ("combined3", "oracle"): (2.8, 3.3), ("eagle", "batch-schedule"): (2.4, 2.6)}
+    rows = [{**r, "ci_low": ci.get((r["proposer"], r["policy"]), (math.nan,) * 2)[0],
+             "ci_high": ci.get((r["proposer"], r["policy"]), (math.nan,) * 2)[1]} for r in rows]
+    r = gap_table(pd.DataFrame(rows), ["d"]).iloc[0]
+    assert (r["best_fixed_ci_low"], r["best_fixed_ci_high"]) == (1.9, 2.1)
+    assert (r["eagle_schedule_ci_low"], r["combined3_oracle_ci_high"]) == (2.4, 3.3)
+    assert math.isnan(r["suffix_k3_ci_low"]) and r["eagle_schedule_closed"] == pytest.approx(0.5)
+    assert statements(pd.DataFrame([r]), (1,))[0].startswith(
+        "d: at B = 1 the best fixed k gives 2.00x [1.90, 2.10] and the oracle 3.00x [2.80, 3.30]; ")
 
 
 # --- the paper config's schedules come from the simulator ----------------------------------------

@@ -679,6 +679,8 @@ def _per_batch_size(run, workload: Workload, spec: SimSpec, batch_sizes: Sequenc
             base = run(workload, replace(spec, policy="fixed-1", schedule=()), [B], cost).summary.iloc[0]
             row = _summary_row(workload, spec, B, int(base["requests"]), base["baseline_throughput"],
                                base["baseline_throughput"])
+            if spec.batching == "replicate":  # SD = baseline on every request: every resample's ratio is 1
+                row.update(ci_low=1.0, ci_high=1.0)
             rows.append(row)
             continue
         res = run(workload, fixed, [B], cost)

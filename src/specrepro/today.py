@@ -14,7 +14,9 @@ simulator evaluates each dataset with its held-out schedule, so a dataset never 
 EAGLE, k = 1, 3 or 5), the oracle (Oracle Combine over n-gram, EAGLE and suffix: the per-position best
 of the three, verifying exactly what it accepts), and for each method the share of the gap between
 them that it closes, ``(S - S_best_fixed) / (S_oracle - S_best_fixed)`` (negative: slower than the best
-fixed k).
+fixed k). Every speedup carries the 95 % bootstrap interval over the drawn requests of the simulator row
+it comes from (``<key>_ci_low``, ``<key>_ci_high``; :mod:`specrepro.uncertainty`, as the other simulator
+tables); the shares closed have none (their three speedups' per-request values are not in the summaries).
 """
 
 from __future__ import annotations
@@ -141,16 +143,21 @@ def schedules_for(path: str | Path, dataset: str, mode: str = "held-out") -> dic
 # --- the gap each method closes ---------------------------------------------------------------
 
 
-def _pick(df: pd.DataFrame, proposer: str, policy: str) -> pd.Series:
+def _pick(df: pd.DataFrame, proposer: str, policy: str, column: str = "speedup") -> pd.Series:
+    """``column`` (speedup, ci_low, ci_high) of one proposer x policy in paper mode, by (dataset, batch size)."""
     sel = df[(df["proposer"] == proposer) & (df["policy"] == policy) & (df["batching"] == "replicate")
              & (df["pairing"] == "index") & (df["combine_cost"] == "ngram")]
-    return sel.set_index(["dataset", "batch_size"])["speedup"]
+    sel = sel.reindex(columns=list(sel.columns) + [c for c in ("ci_low", "ci_high") if c not in sel.columns])
+    return sel.set_index(["dataset", "batch_size"])[column]
 
 
 def gap_table(summaries: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
-    """One row per dataset x batch size: every method's speedup and the share of the gap it closes."""
+    """One row per dataset x batch size: every method's speedup with its interval, and the share of the gap it
+    closes."""
     rows = []
     series = {key: _pick(summaries, p, pol) for key, p, pol, _ in METHODS if p}
+    ci = {(key, end): _pick(summaries, p, pol, f"ci_{end}") for key, p, pol, _ in METHODS if p
+          for end in ("low", "high")}
     fixed = {pp: _pick(summaries, *pp) for pp in PAPER_FIXED}
     for ds in datasets:
         bss = sorted({b for (d, b) in series[ORACLE].index if d == ds})
@@ -162,10 +169,14 @@ def gap_table(summaries: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
             if not cands:
                 raise SpecReproError(f"{ds}, B = {b}: no paper-mode fixed-k simulation (n-gram or EAGLE, k = 1, 3, 5)")
             (bp, bpol), best = max(cands.items(), key=lambda kv: kv[1])
-            row.update(best_fixed=best, best_fixed_proposer=bp, best_fixed_k=int(bpol.split("-")[1]))
+            row.update(best_fixed=best, best_fixed_proposer=bp, best_fixed_k=int(bpol.split("-")[1]),
+                       best_fixed_ci_low=float(_pick(summaries, bp, bpol, "ci_low").get((ds, b), math.nan)),
+                       best_fixed_ci_high=float(_pick(summaries, bp, bpol, "ci_high").get((ds, b), math.nan)))
             for key, p, pol, _ in METHODS:
                 if p:
                     row[key] = float(series[key].get((ds, b), math.nan))
+                    for end in ("low", "high"):
+                        row[f"{key}_ci_{end}"] = float(ci[(key, end)].get((ds, b), math.nan))
             gap = row[ORACLE] - best
             for key, p, _, _ in METHODS:
                 if p and key != ORACLE:
@@ -175,7 +186,8 @@ def gap_table(summaries: pd.DataFrame, datasets: Sequence[str]) -> pd.DataFrame:
 
 
 def statements(t: pd.DataFrame, batch_sizes: Sequence[int] = (1, 64), label=lambda d: d) -> list[str]:
-    """One sentence per dataset: the share of the gap k by batch size (its best proposer) and suffix close."""
+    """One sentence per dataset: the share of the gap k by batch size (its best proposer) and suffix close
+    (speedups with their 95 % intervals in brackets, where the table has them)."""
     out = []
     for ds, sub in t.groupby("dataset", sort=False):
         parts = []
@@ -188,12 +200,19 @@ def statements(t: pd.DataFrame, batch_sizes: Sequence[int] = (1, 64), label=lamb
             best = max(sched, key=lambda k: -math.inf if math.isnan(sched[k]) else sched[k])
             who = "EAGLE" if best == "eagle_schedule" else "n-gram"
             parts.append(
-                f"at B = {b} the best fixed k gives {r['best_fixed']:.2f}x and the oracle {r[ORACLE]:.2f}x; "
+                f"at B = {b} the best fixed k gives {_x(r, 'best_fixed')} and the oracle {_x(r, ORACLE)}; "
                 f"k by batch size ({who}) closes {_pct(r[f'{best}_closed'])} of that gap and suffix decoding "
                 f"(k by batch size) {_pct(r['suffix_schedule_closed'])}")
         if parts:
             out.append(f"{label(ds)}: " + "; ".join(parts) + ".")
     return out
+
+
+def _x(r: Mapping, key: str) -> str:
+    """``2.10x [2.05, 2.15]`` (the speedup and its interval), or ``2.10x`` without one."""
+    lo, hi = r.get(f"{key}_ci_low", math.nan), r.get(f"{key}_ci_high", math.nan)
+    ci = "" if pd.isna(lo) or pd.isna(hi) else f" [{lo:.2f}, {hi:.2f}]"
+    return f"{r[key]:.2f}x{ci}"
 
 
 def _pct(x: float) -> str:

@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 from . import FigureSpec, TraceContext
 from . import style
 from ..today import gap_table
-from ._sim import bs_axis, load_summaries
+from ._sim import band, bs_axis, load_summaries
 
 SPEC = FigureSpec(
     name="fig_today",
@@ -21,7 +21,9 @@ SPEC = FigureSpec(
         "n-gram and EAGLE; suffix decoding (traces recomputed from the tokens: each request's own prompt and "
         "output, longest match, frequency-voted draft; no cross-request tree) at k = 3 and with k by batch size; "
         "the online adaptive n-gram/EAGLE policy; against the paper's best fixed k (grey) and the oracles "
-        "(Oracle Combine of n-gram and EAGLE, and of n-gram, EAGLE and suffix)."
+        "(Oracle Combine of n-gram and EAGLE, and of n-gram, EAGLE and suffix). Bands: 95 % bootstrap intervals "
+        "over the drawn requests of the best fixed k, the three k-by-batch-size lines and Oracle Combine with "
+        "suffix (tab_today's CSV has every line's)."
     ),
     paper_statement=(
         "The paper's conclusions were drawn on vLLM 0.10.1.1 with one fixed k: no fixed k comes close to the "
@@ -43,6 +45,8 @@ LINES = {
     "combined_oracle": ("#d62728", ":", "*", "Oracle Combine (n-gram, EAGLE)"),
     "combined3_oracle": ("#d62728", "-", "*", "Oracle Combine (+ suffix)"),
 }
+#: lines drawn with their interval band (the comparison the table states: best fixed k, k by B, the oracle)
+BANDS = ("best_fixed", "ngram_schedule", "eagle_schedule", "suffix_schedule", "combined3_oracle")
 
 
 def add_arguments(p) -> None:
@@ -63,6 +67,9 @@ def build(args, ctx: TraceContext) -> None:
             if key in s and s[key].notna().any():
                 ax.plot(s["batch_size"], s[key], color=color, linestyle=ls, marker=marker, markersize=3.5,
                         label=label)
+                if key in BANDS and f"{key}_ci_low" in s:
+                    band(ax, s[["batch_size"]].assign(ci_low=s[f"{key}_ci_low"], ci_high=s[f"{key}_ci_high"]), color,
+                         alpha=0.12)
         bs_axis(ax, sorted(t["batch_size"].unique()))
         ax.axhline(1.0, color="#444444", linewidth=0.5)
         ax.set_title(ctx.dataset_label(ds))
