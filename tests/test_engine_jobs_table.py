@@ -52,7 +52,7 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     assert cli.main(["figure", "tab_engine_jobs", "--run-config", str(tmp_path / "run_config.json"), "--subject",
                      "engine", "--records", *_records(tmp_path, paper), "--csv", str(csv), "-o", str(out)]) == 0
     t = pd.read_csv(csv)
-    assert len(t) == 21 + 12
+    assert len(t) == 27 + 16  # with llama3.1-8b-today's 6 bench and 4 profile jobs
     row = t[(t["exp"] == "qwen3-8b") & (t["config"] == "eagle3-k3") & (t["job"] == "bench")].iloc[0]
     assert (row["image"], row["vllm_version"], row["paper_engine"]) == ("v0111", "0.11.1", "vLLM 0.11.1rc1")
     assert row["deviation"] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
@@ -66,6 +66,10 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     tex = out.read_text()
     assert r"\textbf{Failed jobs (2):}" in tex and "CUDA out of memory" in tex and "draft model is not supported" in tex
     assert "vLLM 0.11.1rc1; here vLLM 0.11.1" in tex and "a later vLLM snapshot; here vLLM 0.34.0" in tex
+    # today's methods: on the latest image, labelled by their k schedule, and not the paper's
+    bs = t[(t["exp"] == "llama3.1-8b-today") & (t["config"] == "suffix-k16-bs")].iloc[0]
+    assert (bs["image"], bs["vllm_version"], bs["deviation"]) == ("latest", "0.34.0", "none (beyond the paper) -> vLLM 0.34.0")
+    assert "suffix decoding (k by batch size, up to 16)" in tex and "none (beyond the paper); here vLLM 0.34.0" in tex
 
 
 def test_runtime_table_compares_the_plan_with_the_measured_time(tmp_path, paper):
