@@ -21,7 +21,7 @@ from conftest import ENGINE_ENV, needs_vllm
 from specrepro.config import validate_schema
 from specrepro.engine.jobs import bench_spec, engine_args, engine_jobs
 
-DAG_RULES = ("engine_bench", "engine_profile", "engine_trace")
+DAG_RULES = ("engine_bench", "engine_profile", "engine_trace", "engine_sglang_bench")
 
 
 def validated(path):
@@ -31,27 +31,37 @@ def validated(path):
 
 
 def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path):
-    """The jobs engine-args prints are the DAG's engine jobs: same outputs, same logs, same images."""
+    """The jobs engine-args prints are the DAG's engine jobs (Fig. 2's SGLang jobs too): same outputs, same logs,
+    same images, same spec."""
+    from specrepro.engine.images import image_stem
+
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), "config/paper.yaml", str(tmp_path / "cache"),
          "--apptainer", "all"], capture_output=True, text=True, env=env_with(fake_apptainer(tmp_path)), timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     dag = {j["output"][0]: j for j in json.loads(proc.stdout) if j["rule"] in DAG_RULES}
     recs = {r["job"]: r for r in engine_args(validated(REPO / "config" / "paper.yaml"), tmp_path)}
-    assert set(recs) == set(dag) and len(recs) == 27 + 16 + 50  # llama3.1-8b-today: 6 bench + 4 profile, no traces
+    # Fig. 1-4: 21 bench, 12 profile, 50 trace jobs; Fig. 2: 8 bench jobs on vLLM's tree path, 8 on SGLang;
+    # llama3.1-8b-today: 6 bench, 4 profile, no traces
+    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 50 + 8 + 8 + 6 + 4
+    assert sum(r["rule"] == "engine_sglang_bench" for r in recs.values()) == 8
     for out, r in recs.items():
         j = dag[out]
         assert (j["rule"], j["log"]) == (r["rule"], [r["log"]])
-        assert j["container"] == f"{tmp_path}/cache/images/vllm-{r['image']}.sif"
+        assert j["container"] == f"{tmp_path}/cache/images/{image_stem(r['image'])}.sif"
         assert int(j["resources"]["gpu"]) == r["gpus"]
         if r["rule"] == "engine_trace":
             continue
-        assert r["vllm_version"] == {"paper": "0.10.1.1", "v0111": "0.11.1", "latest": "0.34.0"}[r["image"]]
+        version = {"paper": "0.10.1.1", "v0111": "0.11.1", "latest": "0.34.0", "sglang": "0.5.9"}[r["image"]]
+        assert (r["engine"], r["engine_version"]) == ("sglang" if r["image"] == "sglang" else "vllm", version)
         # the job's spec is the package's (bench_spec); its keywords follow from it
         spec = json.loads(j["params"]["spec"])
         assert spec == bench_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["config"],
                                   profile=r["rule"] == "engine_profile")
-        assert r["llm_kwargs"]["tensor_parallel_size"] == r["gpus"]
+        if r["engine"] == "sglang":
+            assert r["llm_kwargs"] is None and r["sglang_kwargs"]["tp_size"] == r["gpus"]
+        else:
+            assert r["vllm_version"] == version and r["llm_kwargs"]["tensor_parallel_size"] == r["gpus"]
 
 
 def test_engine_args_verb_one_line_per_job(tmp_path):
@@ -61,8 +71,9 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert len(lines) == 93
-    want = {"job", "experiment", "config", "image", "vllm_version", "llm_kwargs", "sampling_params", "rule", "gpus"}
+    assert len(lines) == 109
+    want = {"job", "experiment", "config", "image", "engine", "engine_version", "vllm_version", "llm_kwargs",
+            "sampling_params", "rule", "gpus"}
     assert all(want <= set(r) for r in lines)
     r = next(x for x in lines if x["job"] == "results/engine/llama3-70b/bench/draft_model-k3.parquet")
     assert (r["image"], r["vllm_version"], r["gpus"]) == ("latest", "0.34.0", 4)
@@ -76,6 +87,16 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
         "method": "suffix", "num_speculative_tokens": 16,
         "num_speculative_tokens_per_batch_size": [[1, 7, 16], [8, 15, 6], [16, 31, 4], [32, 63, 3], [64, 127, 2],
                                                   [128, 128, 1]]}
+    # an SGLang job (Fig. 2): its image, SGLang's keywords and sampling parameters, the drafter class it loads
+    r = next(x for x in lines if x["job"] == "results/engine/tree-llama3-70b-sglang/bench/eagle-k21-tree-d3b4.parquet")
+    assert (r["rule"], r["image"], r["engine"], r["engine_version"], r["vllm_version"], r["gpus"]) == (
+        "engine_sglang_bench", "sglang", "sglang", "0.5.9", None, 4)
+    kw = r["sglang_kwargs"]
+    assert (kw["speculative_algorithm"], kw["speculative_num_steps"], kw["speculative_eagle_topk"],
+            kw["speculative_num_draft_tokens"], kw["attention_backend"], kw["tp_size"]) == ("EAGLE", 3, 4, 22, "flashinfer", 4)
+    assert kw["speculative_draft_model_path"] == "<path of resources/models/llama3-70b/drafters/eagle/manifest.json>"
+    assert r["sampling_params"]["instructcoder"] == {"temperature": 0.0, "max_new_tokens": 8192}
+    assert r["drafter_class"] == "LlamaForCausalLMEagle" and r["log"].startswith("logs/engine_sglang_bench/")
 
 
 def test_cpu_jobs_have_no_image():

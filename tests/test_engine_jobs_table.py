@@ -16,6 +16,7 @@ from specrepro.io import write_json, write_parquet
 from test_engine_figures import RUN_CONFIG, point, tables
 
 ERROR = "NotImplementedError: Speculative decoding with draft model is not supported yet."
+SGLANG_ERROR = "SchedulerFailed: an SGLang scheduler process failed while the engine started"
 
 
 @pytest.fixture(scope="module")
@@ -26,16 +27,18 @@ def paper():
 
 
 def _records(tmp_path, cfg):
-    """A bench record for every bench job of ``cfg`` (llama3-70b's draft model: failed start) and one profile."""
+    """A bench record for every bench job of ``cfg`` (failed starts: llama3-70b's draft model on vLLM, a tree on
+    SGLang) and one profile."""
     from specrepro.engine.jobs import engine_jobs
 
     paths = []
     for j in engine_jobs(cfg):
-        if j.rule != "engine_bench":
+        if j.rule not in ("engine_bench", "engine_sglang_bench"):
             continue
-        failed = (j.exp, j.config) == ("llama3-70b", "draft_model-k3")
+        failed = (j.exp, j.config) in (("llama3-70b", "draft_model-k3"), ("tree-llama3-70b-sglang", "eagle-k21-tree-d3b4"))
+        error = SGLANG_ERROR if j.rule == "engine_sglang_bench" else ERROR
         rec = {"exp": j.exp, "config": j.config, "engine_version": "0.34.0" if "draft" in j.config else "x",
-               "status": "failed" if failed else "ok", "error": ERROR if failed else None,
+               "status": "failed" if failed else "ok", "error": error if failed else None,
                "failed": 4 if failed else 0, "points": 4, "elapsed_s": 7200.0}
         p = tmp_path / j.output.replace(".parquet", ".json")
         write_json(p, rec)
@@ -52,20 +55,31 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     assert cli.main(["figure", "tab_engine_jobs", "--run-config", str(tmp_path / "run_config.json"), "--subject",
                      "engine", "--records", *_records(tmp_path, paper), "--csv", str(csv), "-o", str(out)]) == 0
     t = pd.read_csv(csv)
-    assert len(t) == 27 + 16  # with llama3.1-8b-today's 6 bench and 4 profile jobs
+    assert len(t) == 21 + 8 + 8 + 12 + 6 + 4  # Fig. 1-4 bench, Fig. 2 on vLLM and on SGLang, profiled passes, today's
     row = t[(t["exp"] == "qwen3-8b") & (t["config"] == "eagle3-k3") & (t["job"] == "bench")].iloc[0]
     assert (row["image"], row["vllm_version"], row["paper_engine"]) == ("v0111", "0.11.1", "vLLM 0.11.1rc1")
     assert row["deviation"] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
     dm = t[(t["exp"] == "llama3-70b") & (t["config"] == "draft_model-k3") & (t["job"] == "bench")].iloc[0]
     assert (dm["image"], dm["status"], dm["error"]) == ("latest", "failed", ERROR)
     assert dm["log"] == "logs/engine_bench/llama3-70b/draft_model-k3.log"
-    assert set(t[t["status"] == "failed"]["output"]) == {"results/engine/llama3-70b/bench/draft_model-k3.parquet",
-                                                        "results/engine/qwen3-8b/profile/none.events.parquet"}
+    sg = t[(t["exp"] == "tree-llama3-70b-sglang") & (t["config"] == "eagle-k21-tree-d3b4")].iloc[0]
+    assert (sg["job"], sg["image"], sg["engine"], sg["image_engine"], sg["status"], sg["error"]) == (
+        "bench", "sglang", "sglang", "SGLang 0.5.9", "failed", SGLANG_ERROR)
+    assert sg["log"] == "logs/engine_sglang_bench/tree-llama3-70b-sglang/eagle-k21-tree-d3b4.log"
+    assert pd.isna(sg["deviation"]) and pd.isna(sg["vllm_version"])
+    vt = t[(t["exp"] == "tree-qwen3-8b-vllm") & (t["config"] == "eagle3-k6-tree-d3b2")].iloc[0]
+    assert (vt["image"], vt["vllm_version"], vt["deviation"]) == ("v0111", "0.11.1", "SGLang 0.5.9 -> vLLM 0.11.1")
+    assert set(t[t["status"] == "failed"]["output"]) == {
+        "results/engine/llama3-70b/bench/draft_model-k3.parquet", "results/engine/qwen3-8b/profile/none.events.parquet",
+        "results/engine/tree-llama3-70b-sglang/bench/eagle-k21-tree-d3b4.parquet"}
     # profile jobs without a record have not run
     assert (t[(t["job"] == "profile") & (t["exp"] == "llama3.1-8b")]["status"] == "not run").all()
     tex = out.read_text()
-    assert r"\textbf{Failed jobs (2):}" in tex and "CUDA out of memory" in tex and "draft model is not supported" in tex
+    assert r"\textbf{Failed jobs (3):}" in tex and "CUDA out of memory" in tex and "draft model is not supported" in tex
     assert "vLLM 0.11.1rc1; here vLLM 0.11.1" in tex and "a later vLLM snapshot; here vLLM 0.34.0" in tex
+    assert "sglang (SGLang 0.5.9) & SGLang 0.5.9 &" in tex and "SGLang 0.5.9; here vLLM 0.10.1.1" in tex
+    # no deviation, none named (a missing one is NaN in the table, which once read as one)
+    assert "& paper (0.10.1.1) & vLLM 0.10.1.1 &" in tex and "vLLM 0.10.1.1; here vLLM 0.10.1.1" not in tex
     # today's methods: on the latest image, labelled by their k schedule, and not the paper's
     bs = t[(t["exp"] == "llama3.1-8b-today") & (t["config"] == "suffix-k16-bs")].iloc[0]
     assert (bs["image"], bs["vllm_version"], bs["deviation"]) == ("latest", "0.34.0", "none (beyond the paper) -> vLLM 0.34.0")

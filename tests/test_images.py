@@ -13,7 +13,8 @@ import yaml
 from _infra import REPO, env_with
 from specrepro.config import config_problems, validate_schema
 from specrepro.engine.images import (
-    IMAGE_NAMES, deviation, engine_table, image_vllm_version, job_image, min_driver, used_images,
+    IMAGE_NAMES, definition_path, deviation, engine_table, image_engine, image_vllm_version, job_image, min_driver,
+    used_images,
 )
 from specrepro.engine.progress import Progress, duration
 
@@ -28,6 +29,10 @@ def paper():
 def test_images_and_their_labels():
     assert [image_vllm_version(n) for n in IMAGE_NAMES] == ["0.10.1.1", "0.11.1", "0.34.0"]
     assert [min_driver(n) for n in IMAGE_NAMES] == [(570, 26), (570, 26), (580, 65)]
+    # Fig. 2's SGLang image: its own definition and labels (CUDA 12.8 needs driver 570.26)
+    assert definition_path("sglang") == REPO / "containers" / "sglang.def"
+    assert image_engine("sglang") == ("sglang", "0.5.9") and image_engine("v0111") == ("vllm", "0.11.1")
+    assert min_driver("sglang") == (570, 26)
 
 
 def test_paper_config_chooses_the_papers_engines(paper):
@@ -41,8 +46,13 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert job_image(paper, exps["glm-4.5-air"], "mtp", 3) == "v0111"
     # today's methods (suffix decoding, k by batch size) and their experiment's baselines: vLLM 0.34.0
     for method, k, bs in (("none", None, None), ("eagle3", 3, False), ("eagle3", 10, True), ("suffix", 16, True)):
-        assert job_image(paper, exps["llama3.1-8b-today"], method, k, bs) == "latest"
-    assert used_images(paper) == ["paper", "v0111", "latest"]
+        assert job_image(paper, exps["llama3.1-8b-today"], method, k, by_batch_size=bs) == "latest"
+    # Fig. 2: SGLang's experiments in the sglang image; vLLM's tree path on each model's Fig. 1 engine
+    assert job_image(paper, exps["tree-qwen3-8b-sglang"], "eagle3", 21, {"depth": 3, "branching": 4}) == "sglang"
+    assert job_image(paper, exps["tree-llama3-70b-sglang"], "none") == "sglang"
+    assert job_image(paper, exps["tree-qwen3-8b-vllm"], "eagle3", 6, {"depth": 3, "branching": 2}) == "v0111"
+    assert job_image(paper, exps["tree-llama3-70b-vllm"], "eagle", 21, {"depth": 3, "branching": 4}) == "paper"
+    assert used_images(paper) == ["paper", "v0111", "latest", "sglang"]
     cpu = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
     assert job_image(cpu, cpu["experiments"][0], "eagle", 3) is None and used_images(cpu) == []
     devs = {(r["exp"], r["config"]): r["deviation"] for r in engine_table(paper)}
@@ -50,6 +60,12 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert devs[("llama3-70b", "draft_model-k3")] == "a later vLLM snapshot -> vLLM 0.34.0"
     assert devs[("llama3.1-8b", "eagle-k3")] is None
     assert devs[("llama3.1-8b-today", "eagle3-k10-bs")] == "none (beyond the paper) -> vLLM 0.34.0"
+    assert devs[("tree-qwen3-8b-sglang", "eagle3-k21-tree-d3b4")] is None  # SGLang 0.5.9, as the paper
+    assert devs[("tree-qwen3-8b-vllm", "eagle3-k6-tree-d3b2")] == "SGLang 0.5.9 -> vLLM 0.11.1"
+    assert devs[("tree-llama3-70b-vllm", "none")] == "SGLang 0.5.9 -> vLLM 0.10.1.1"
+    rows = {(r["exp"], r["config"]): r for r in engine_table(paper)}
+    sg = rows[("tree-llama3-70b-sglang", "eagle-k3")]
+    assert (sg["image"], sg["engine"], sg["engine_version"], sg["vllm_version"]) == ("sglang", "sglang", "0.5.9", None)
     assert deviation("vLLM 0.10.1.1", "0.10.1.1") is None and deviation(None, "0.34.0") is None
 
 
@@ -102,6 +118,15 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
     cfg["experiments"][4]["container"] = "v0111"
     assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
         'config error: experiments[4].container = "v0111"'] * 3
+
+
+def test_an_sglang_experiment_takes_no_vllm_image(paper):
+    cfg = copy.deepcopy(paper)
+    i = [e["name"] for e in cfg["experiments"]].index("tree-qwen3-8b-sglang")
+    cfg["experiments"][i]["container"] = "latest"
+    assert config_problems(cfg) == [
+        f'config error: experiments[{i}].container = "latest": experiment tree-qwen3-8b-sglang runs on SGLang, in the '
+        "sglang image (containers/sglang.def): leave container out"]
 
 
 def test_check_config_verb_says_it_in_one_line(paper, tmp_path):

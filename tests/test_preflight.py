@@ -87,7 +87,7 @@ def test_disk_token_apptainer_driver(paper):
     old = pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "510.47.03")
     assert [p.split(" (its")[0] for p in check(paper, machine([old] * 4))] == [
         f"NVIDIA driver 510.47.03 is older than {v}, the lowest the {name} image's CUDA runs on"
-        for name, v in (("paper", "570.26"), ("v0111", "570.26"), ("latest", "580.65"))
+        for name, v in (("paper", "570.26"), ("v0111", "570.26"), ("latest", "580.65"), ("sglang", "570.26"))
     ]
 
 
@@ -102,6 +102,24 @@ def test_minimum_driver_is_each_images_own_label(paper):
     assert found == ["NVIDIA driver 560.35.03 is older than 570.26, the lowest the paper image's CUDA runs on (its "
                      "cuda.min_driver label): update the driver, or move its jobs to another image (experiments[].container)"]
     assert check(only_paper, machine([pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "570.26")] * 4)) == []
+
+
+def test_the_sglang_image_is_checked_like_the_vllm_ones(paper):
+    """Fig. 2's SGLang image: its definition goes through the same Apptainer checks and its own label gives the
+    driver minimum (its jobs cannot move to another image, so the fix is the driver)."""
+    from specrepro.engine.images import image_definition, parse_definition, used_images
+
+    only = copy.deepcopy(paper)
+    only["experiments"] = [e for e in paper["experiments"] if e.get("engine") == "sglang"]
+    assert used_images(only) == ["sglang"] and image_definition("sglang").labels["cuda.min_driver"] == "570.26"
+    assert check(only, machine([H100] * 4)) == []
+    found = check(only, machine([pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "560.35.03")] * 4))
+    assert found == ["NVIDIA driver 560.35.03 is older than 570.26, the lowest the sglang image's CUDA runs on (its "
+                     "cuda.min_driver label): update the driver"]
+    text = (REPO / "containers" / "sglang.def").read_text().replace("\n%test", "\n%tests")
+    found = pf.problems(only, machine([H100] * 4), pf.needs(only), True, "/cache",
+                        images={"sglang": parse_definition(text, "sglang.def")})
+    assert found == ["apptainer: sglang.def: unknown section(s) %tests"]
 
 
 def test_apptainer_must_accept_the_definitions(paper, tmp_path):

@@ -38,10 +38,38 @@ def test_every_paper_job_passes_the_source_check_of_its_engine(records):
     problems, checked = check_records(records)
     assert problems == []
     vllm_jobs = [r for r in records if r["runner"] == "vllm"]
-    # 27 bench + 16 profile jobs pass keywords to vLLM (llama3.1-8b-today's 6 + 4 on 0.34.0); each is checked
-    # on its own version
-    assert len(vllm_jobs) == 43 and sum(checked.values()) == 43
-    assert checked == {v: sum(r["vllm_version"] == v for r in vllm_jobs) for v in VERSIONS}
+    sglang_jobs = [r for r in records if r["runner"] == "sglang"]
+    # 35 bench (8 of them Fig. 2's vLLM trees, 6 llama3.1-8b-today's) + 16 profile jobs (4 today's) pass keywords to
+    # vLLM, 8 bench jobs to SGLang (Fig. 2); each is checked on its own engine's source
+    assert len(vllm_jobs) == 51 and len(sglang_jobs) == 8 and sum(checked.values()) == 59
+    assert checked == {**{f"vLLM {v}": sum(r["vllm_version"] == v for r in vllm_jobs) for v in VERSIONS},
+                       "SGLang 0.5.9": 8}
+    trees = [r for r in vllm_jobs if "speculative_token_tree" in (r["llm_kwargs"].get("speculative_config") or {})]
+    assert len(trees) == 4 and {r["vllm_version"] for r in trees} == {"0.10.1.1", "0.11.1"}
+    assert all(r["env"]["VLLM_ATTENTION_BACKEND"] == "TREE_ATTN" for r in trees)
+
+
+def test_sglang_jobs_are_checked_against_sglang_and_a_wrong_argument_is_named(records):
+    rec = _one(records, "results/engine/tree-qwen3-8b-sglang/bench/eagle3-k6-tree-d3b2.parquet")
+    assert (rec["image"], rec["engine"], rec["engine_version"], rec["llm_kwargs"]) == ("sglang", "sglang", "0.5.9", None)
+    assert check_records([rec]) == ([], {"SGLang 0.5.9": 1})
+    rec["sglang_kwargs"]["speculative_topk"] = 2  # the real field is speculative_eagle_topk
+    rec["sampling_params"]["gsm8k"]["max_tokens"] = 8  # SGLang's is max_new_tokens
+    problems, _ = check_records([rec])
+    assert problems == [
+        f"{rec['job']}: speculative_topk: not a field of SGLang 0.5.9's ServerArgs (srt/server_args.py)",
+        f"{rec['job']}: sampling parameter max_tokens: not a parameter of SGLang 0.5.9's SamplingParams"]
+
+
+def test_a_vllm_tree_on_an_image_without_the_tree_path_is_caught(records):
+    rec = _one(records, "results/engine/tree-qwen3-8b-vllm/bench/eagle3-k21-tree-d3b4.parquet")
+    assert check_job(rec, pinned_vllm_facts("0.11.1")) == []
+    rec["vllm_version"] = "0.34.0"
+    problems, _ = check_records([rec])
+    assert problems == [
+        f"{rec['job']}: speculative_config.speculative_token_tree is not a field of SpeculativeConfig "
+        "(vllm/config/speculative.py) (vLLM 0.34.0)",
+        f"{rec['job']}: VLLM_ATTENTION_BACKEND = 'TREE_ATTN': not a backend of vLLM 0.34.0"]
 
 
 def _one(records, job):
@@ -179,4 +207,5 @@ def test_source_check_verb(paper, tmp_path):
                            "--workdir", str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "source-check: ok (93 jobs; checked: 19 on vLLM 0.10.1.1, 10 on vLLM 0.11.1, 14 on vLLM 0.34.0)")
+        "source-check: ok (109 jobs; checked: 8 on SGLang 0.5.9, 23 on vLLM 0.10.1.1, 14 on vLLM 0.11.1, "
+        "14 on vLLM 0.34.0)")

@@ -367,7 +367,7 @@ def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_
         problems, checked = check_records(records)
     except SpecReproError as exc:
         pytest.skip(f"pinned vLLM sdists not available: {exc}")
-    assert problems == [] and checked == {"0.34.0": len(jobs)}
+    assert problems == [] and checked == {"vLLM 0.34.0": len(jobs)}
     for image, version in (("paper", "0.10.1.1"), ("v0111", "0.11.1")):
         old = [{**r, "image": image, "vllm_version": version} for r in records]
         problems, _ = check_records(old)
@@ -403,6 +403,12 @@ def test_config_errors_of_the_new_methods_name_the_key_and_the_fix():
                  "largest (5): vLLM caps every k at it"]
     p = config_problems(_config({"method": "eagle3", "k": [5], "k_by_batch_size": [[2, 8, 5]]}, "latest"))
     assert p and "first range must start at 1" in p[0] and p[0].startswith("config error: experiments[0].methods[1].k_by_batch_size")
+    # vLLM's schedule of a chain: not on a draft tree (Fig. 2's study), not on SGLang
+    p = config_problems(_config({"method": "eagle3", "k": [6], "tree": {"depth": 3, "branching": 2},
+                                 "k_by_batch_size": [[1, 8, 6]]}, "v0111"))
+    assert p[0] == ("config error: experiments[0].methods[1].k_by_batch_size: vLLM's num_speculative_tokens_per_batch_size "
+                    "drives a chain of drafts in vLLM, but a draft tree has one shape: leave k_by_batch_size out")
+    assert len(p) == 2 and "cannot run on vLLM 0.11.1" in p[1]  # and 0.11.1 has no schedule
 
 
 def test_measured_speedups_of_a_gpu_run_are_listed_under_the_table(tmp_path):

@@ -680,7 +680,7 @@ VERBS = (
 
 #: modules that add their own verbs (``add_cli(sub)``)
 PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
-                "engine.jobs", "engine.sourcecheck", "gpus", "digitise")
+                "engine.jobs", "engine.sourcecheck", "gpus", "digitise", "engine.sglang", "engine.sourcecheck_sglang")
 PLUGIN_VERBS += ("suffix", "today")
 
 

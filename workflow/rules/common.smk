@@ -22,7 +22,8 @@ from specrepro.cluster import engine_resources as _engine_resources  # noqa: E40
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
 from specrepro.engine import jobs as _jobs  # noqa: E402
-from specrepro.engine.images import IMAGE_NAMES, job_image, used_images as _used_images  # noqa: E402
+from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, used_images as _used_images  # noqa: E402
+from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
 
 
 def stop(message):
@@ -105,25 +106,26 @@ IMAGE_SELFTEST = os.path.join(os.sep, ".singularity.d", "test")
 
 
 def image_path(name):
-    """The .sif built from containers/vllm-<name>.def (name: paper | v0111 | latest)."""
-    return f"{IMAGES_DIR}/vllm-{name}.sif"
+    """The .sif built from containers/vllm-<name>.def (name: paper | v0111 | latest) or containers/sglang.def."""
+    return f"{IMAGES_DIR}/{image_stem(name)}.sif"
 
 
 def image_test(name):
-    """The record of image <name>'s %test (vLLM imports, a GPU is visible), made on a GPU node."""
-    return f"results/containers/vllm-{name}.test.txt"
+    """The record of image <name>'s %test (the engine imports, a GPU is visible), made on a GPU node."""
+    return f"results/containers/{image_stem(name)}.test.txt"
 
 
 def job_image_name(wc):
     """The image of the engine job of these wildcards (exp + config, exp + method, or exp); None on CPU runs.
 
-    Each job runs in its own image (specrepro.engine.images: method > experiment > engine.container)."""
+    Each job runs in its own image (specrepro.engine.images: the sglang image for engine: sglang experiments,
+    else method > experiment > engine.container)."""
     if RUN["kind"] != "gpu":
         return None
     exp = EXPERIMENTS[wc.exp]
     if hasattr(wc, "config"):
         job = ENGINE_JOBS[(wc.exp, wc.config)]
-        return job_image(config, exp, job["method"], job["k"], bool(job.get("k_by_batch_size")))
+        return job_image(config, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size")))
     return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
 
 
@@ -356,6 +358,8 @@ def metrics_files():
     out += [f"results/metrics/simulator-{ts}.json" for ts in SIM_TRACE_SETS]
     if EXPERIMENTS:
         out += ["results/metrics/engine.json", "results/metrics/engine-memory.json"]
+    if TREE_EXPERIMENTS:
+        out.append("results/metrics/engine-tree.json")
     return out + (["results/metrics/engine-breakdown.json"] if PROFILE_JOBS else [])
 
 
@@ -365,7 +369,7 @@ def input_records():
     out += [model_manifest(m, d) for m, d in used_models()]
     out += [dataset_manifest(d) for d in used_datasets()]
     if USES_APPTAINER and EXPERIMENTS:
-        out += [f"results/containers/vllm-{name}.json" for name in used_images()]
+        out += [f"results/containers/{image_stem(name)}.json" for name in used_images()]
     return out
 
 
@@ -466,6 +470,18 @@ def exp_configs(exp):
 
 ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()}
 ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
+# Fig. 2's tree study: experiments on SGLang (rule engine_sglang_bench) and vLLM experiments with draft trees
+SGLANG_EXPERIMENTS = [x for x in EXPERIMENTS if experiment_engine(EXPERIMENTS[x]) == "sglang"]
+VLLM_EXPERIMENTS = [x for x in EXPERIMENTS if x not in SGLANG_EXPERIMENTS]
+TREE_EXPERIMENTS = [x for x in EXPERIMENTS if tree_study(EXPERIMENTS[x])]
+# vLLM's tree path exists in 0.10.1.1 and 0.11.1 only: a vLLM tree job whose own image has another vLLM is left
+# out (specrepro.engine.jobs.tree_path_missing; engine-args leaves it out too)
+_NO_TREE = {(x, c): why for (x, c), v in ENGINE_JOBS.items() if (why := _jobs.tree_path_missing(config, EXPERIMENTS[x], v))}
+for _job in _NO_TREE:
+    del ENGINE_JOBS[_job]
+if _NO_TREE and workflow.is_main_process:
+    print("note: vLLM tree jobs on an image whose vLLM has no tree path are left out: "
+          + ", ".join(f"{x}/{c} ({why})" for (x, c), why in sorted(_NO_TREE.items())), file=sys.stderr)
 
 
 def max_output(exp, dataset):
@@ -598,6 +614,8 @@ def engine_targets():
         names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
+    if TREE_EXPERIMENTS:
+        names += ["fig02_tree.pdf", "tab_tree.tex"]
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
 
 
@@ -607,12 +625,13 @@ def engine_records():
     return out + [f"results/engine/{x}/profile/{c}.json" for x, c in PROFILE_JOBS]
 
 
-def all_bench_points(thinking=None):
-    """Every engine job's points table (thinking=True/False: only those experiments)."""
+def all_bench_points(thinking=None, tree=None):
+    """Every engine job's points table (thinking=True/False, tree=True/False: only those experiments)."""
     return [
         f"results/engine/{x}/bench/{c}.parquet"
         for (x, c) in ENGINE_JOBS
-        if thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking
+        if (thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking)
+        and (tree is None or (x in TREE_EXPERIMENTS) == tree)
     ]
 
 

@@ -61,7 +61,7 @@ rule preflight:
     """GPUs, drivers, memory, disk, apptainer (and that it takes the definitions), token; one line per problem."""
     input:
         config=RUN_CONFIG,
-        definitions=lambda wc: [str(REPO / "containers" / f"vllm-{n}.def") for n in used_images()],
+        definitions=lambda wc: [str(REPO / "containers" / f"{image_stem(n)}.def") for n in used_images()],
     output:
         temp(PREFLIGHT),
     params:
@@ -69,7 +69,7 @@ rule preflight:
         # on SLURM the GPUs that matter are the nodes' (sinfo), not this login node's
         slurm=lambda wc: "--slurm" if getattr(workflow.executor_plugin, "name", None) == "slurm" else "",
         image=lambda wc: " ".join(f"--image-missing {n}" for n in used_images() if not Path(image_path(n)).exists()),
-        images=lambda wc: " ".join(f"--image {shlex.quote(f'{n}={REPO}/containers/vllm-{n}.def')}" for n in used_images()),
+        images=lambda wc: " ".join(f"--image {shlex.quote(f'{n}={REPO}/containers/{image_stem(n)}.def')}" for n in used_images()),
         downloaded=lambda wc: " ".join(
             model_name(m, d) for m, d in used_models() if Path(model_manifest(m, d)).exists()
         ),
@@ -99,4 +99,64 @@ rule image_record:
         "../../envs/analysis.yaml"
     shell:
         "specrepro image-record --name vllm-{wildcards.image} --definition {input.definition:q} --lock {input.lock:q}"
+        " --image {input.image:q} -o {output:q} 2> {log}"
+
+
+# --- the SGLang image (Fig. 2): containers/sglang.def -> <containers.dir>/sglang.sif ---------------
+
+
+rule container_image_sglang:
+    """Build the SGLang 0.5.9 image from its definition and lock (no GPU needed; %test runs in container_test_sglang)."""
+    input:
+        definition=str(REPO / "containers" / "sglang.def"),
+        lock=str(REPO / "containers" / "sglang.lock"),
+        preflight=preflight_input(),
+    output:
+        image_path("sglang"),
+    params:
+        repo=lambda wc: str(REPO),
+        args=config["containers"]["build_args"],
+    log:
+        "logs/container_image/sglang.log",
+    localrule: True
+    conda:
+        "../../envs/apptainer.yaml"
+    shell:
+        "(cd {params.repo:q} && apptainer build --notest --force {params.args} {output:q} {input.definition:q}) > {log} 2>&1"
+
+
+rule container_test_sglang:
+    """The SGLang image's %test (SGLang, FlashAttention-3 and FlashInfer import, a GPU is visible) on a GPU node."""
+    input:
+        image=image_path("sglang"),
+    output:
+        image_test("sglang"),
+    log:
+        "logs/container_test/sglang.log",
+    container:
+        image_path("sglang")
+    params:
+        selftest=IMAGE_SELFTEST,
+        gpus=with_gpus,
+    resources:
+        gpu=1,
+        runtime=15,
+    shell:
+        "{params.gpus} sh {params.selftest} > {log} 2>&1 && cp {log} {output}"
+
+
+rule image_record_sglang:
+    """The SGLang image's checksums (definition, lock, .sif) for the run's manifest."""
+    input:
+        definition=str(REPO / "containers" / "sglang.def"),
+        lock=str(REPO / "containers" / "sglang.lock"),
+        image=image_path("sglang"),
+    output:
+        "results/containers/sglang.json",
+    log:
+        "logs/image_record/sglang.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro image-record --name sglang --definition {input.definition:q} --lock {input.lock:q}"
         " --image {input.image:q} -o {output:q} 2> {log}"

@@ -50,7 +50,7 @@ rule engine_bench:
         repo=str(REPO),
         gpus=with_gpus,
     wildcard_constraints:
-        exp=name_regex(EXPERIMENTS),
+        exp=name_regex(VLLM_EXPERIMENTS),  # SGLang's: rule engine_sglang_bench (tree.smk)
         config=name_regex(ENGINE_LABELS),
     resources:
         gpu=engine_job_resources("gpu"),
@@ -198,7 +198,7 @@ rule speedup_metrics:
 rule fig01_speedup:
     input:
         config=RUN_CONFIG,
-        points=all_bench_points(thinking=False),
+        points=all_bench_points(thinking=False, tree=False),
     output:
         pdf="figures/fig01_speedup-engine.pdf",
         csv="figures/fig01_speedup-engine.csv",

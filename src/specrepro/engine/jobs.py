@@ -1,4 +1,4 @@
-"""Every engine job of a config, and exactly what each passes to vLLM (``specrepro engine-args``).
+"""Every engine job of a config, and exactly what each passes to vLLM or SGLang (``specrepro engine-args``).
 
 The workflow (``workflow/rules/common.smk``) builds each job's spec with :func:`bench_spec`, and the
 jobs build their ``LLM`` and ``SamplingParams`` keywords from that spec with
@@ -11,9 +11,14 @@ Jobs (``rule``, the output that names it, its log):
     engine_bench    results/engine/<exp>/bench/<config>.parquet                logs/engine_bench/<exp>/<config>.log
     engine_profile  results/engine/<exp>/profile/<config>.events.parquet       logs/engine_profile/<exp>/<config>.log
     engine_trace    results/engine/<exp>/traces/<method>/<dataset>.jsonl       logs/engine_trace/<exp>/<method>/<dataset>.log
+    engine_sglang_bench  results/engine/<exp>/bench/<config>.parquet           logs/engine_sglang_bench/<exp>/<config>.log
 
 Engine trace jobs compute acceptance from the no-SD outputs on the host (``specrepro.engine.traces``),
-without ``vllm.LLM``: their records say ``runner: host`` and carry no keywords.
+without ``vllm.LLM``: their records say ``runner: host`` and carry no keywords. The bench jobs of an
+``engine: sglang`` experiment (Fig. 2) run SGLang (:mod:`specrepro.engine.sglang`): their records say
+``runner: sglang`` and carry ``sglang_kwargs`` (every keyword of ``sglang.Engine``) instead of
+``llm_kwargs``. A vLLM draft-tree job whose image's vLLM has no tree path is no job of the DAG
+(:func:`tree_path_missing`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .args import BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, sampling_kwargs, warmup_sampling_kwargs
-from .images import image_vllm_version, job_image, job_paper_engine
+from .images import image_engine, image_vllm_version, job_image, job_paper_engine
+from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 
 #: methods whose per-position traces the engine_trace rule computes (from the no-SD outputs)
 TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")
@@ -69,21 +75,44 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": {k: v for k, v in drafter_of(cfg, exp, job["method"]).items() if k in ("method_name", "max_model_len")},
         "batching": engine.get("batching", "replicate"),
-        "image": job_image(cfg, exp, job["method"], job["k"], bool(job.get("k_by_batch_size"))),
+        "image": job_image(cfg, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size"))),
+        **({"tree": job["tree"]} if job.get("tree") else {}),
     }
     if job.get("k_by_batch_size"):
         spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
     return spec
 
 
-def trace_methods(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
-    """Methods of an experiment whose per-position traces the run computes (only with a no-SD run, and
-    not where the experiment says ``acceptance_traces: false``)."""
+def tree_path_missing(cfg: Mapping[str, Any], exp: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+    """``"image <name>: vLLM <version>"`` when ``job`` (an :func:`experiment_configs` entry) is a vLLM draft tree
+    on an image whose vLLM has no tree path (the DAG leaves it out), else None.
+
+    A CPU run with a vLLM tree is a config error instead (:mod:`specrepro.config`)."""
+    if not job.get("tree") or experiment_engine(exp) != "vllm":
+        return None
+    image = job_image(cfg, exp, job["method"], job["k"], job["tree"])
+    if image is None:
+        return None
+    version = image_vllm_version(image)
+    return None if vllm_tree_supported(version) else f"image {image}: vLLM {version}"
+
+
+def configs(cfg: Mapping[str, Any], exp_name: str) -> dict[str, dict]:
+    """:func:`experiment_configs` of one experiment less the jobs the DAG leaves out (:func:`tree_path_missing`)."""
     exp = _experiments(cfg)[exp_name]
-    configs = experiment_configs(exp)
-    if not exp.get("acceptance_traces", True) or not any(c["method"] == "none" for c in configs.values()):
+    return {c: j for c, j in experiment_configs(exp).items() if not tree_path_missing(cfg, exp, j)}
+
+
+def trace_methods(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
+    """Methods of an experiment whose per-position traces the run computes (only with a no-SD run; none for the
+    tree study of Fig. 2, whose models' traces come from their Fig. 1 experiments, nor where the experiment
+    says ``acceptance_traces: false``)."""
+    exp = _experiments(cfg)[exp_name]
+    found = experiment_configs(exp)
+    if (tree_study(exp) or not exp.get("acceptance_traces", True)
+            or not any(c["method"] == "none" for c in found.values())):
         return []
-    return list(dict.fromkeys(c["method"] for c in configs.values() if c["method"] in TRACEABLE))
+    return list(dict.fromkeys(c["method"] for c in found.values() if c["method"] in TRACEABLE))
 
 
 def trace_datasets(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
@@ -115,6 +144,7 @@ class EngineJob:
     output: str
     log: str
     dataset: str | None = None
+    tree: Mapping[str, Any] | None = None  #: a vLLM or SGLang draft tree (Fig. 2)
 
 
 def engine_jobs(cfg: Mapping[str, Any]) -> list[EngineJob]:
@@ -122,11 +152,12 @@ def engine_jobs(cfg: Mapping[str, Any]) -> list[EngineJob]:
     exps = _experiments(cfg)
     out = []
     for x, e in exps.items():
-        for label, j in experiment_configs(e).items():
-            out.append(EngineJob("engine_bench", x, label, j["method"], j["k"], BENCH_OUTPUT.format(exp=x, config=label),
-                                 f"logs/engine_bench/{x}/{label}.log"))
+        rule = "engine_sglang_bench" if experiment_engine(e) == "sglang" else "engine_bench"
+        for label, j in configs(cfg, x).items():
+            out.append(EngineJob(rule, x, label, j["method"], j["k"], BENCH_OUTPUT.format(exp=x, config=label),
+                                 f"logs/{rule}/{x}/{label}.log", tree=j.get("tree")))
     for x, e in exps.items():
-        for label, j in experiment_configs(e).items():
+        for label, j in configs(cfg, x).items():
             if profiled_datasets(e, j, cfg.get("profiling") or {}):
                 out.append(EngineJob("engine_profile", x, label, j["method"], j["k"],
                                      PROFILE_OUTPUT.format(exp=x, config=label), f"logs/engine_profile/{x}/{label}.log"))
@@ -166,21 +197,24 @@ def installed_vllm_version() -> str | None:
 
 def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLike = ".",
                cpu_vllm: str | None = None) -> dict:
-    """One line of ``engine-args``: the job, its image and vLLM, and every keyword it passes to vLLM."""
+    """One line of ``engine-args``: the job, its image and engine, and every keyword it passes to vLLM (SGLang)."""
     exp = _experiments(cfg)[job.exp]
     model = cfg["models"][exp["model"]]
     bs = None if job.rule == "engine_trace" else bool(experiment_configs(exp)[job.config].get("k_by_batch_size"))
-    image = job_image(cfg, exp, job.method, job.k, bs)
-    version = image_vllm_version(image) if image else cpu_vllm
+    image = job_image(cfg, exp, job.method, job.k, job.tree, bs)
+    engine, version = image_engine(image) if image else ("vllm", cpu_vllm)
     rec: dict[str, Any] = {
         "job": job.output, "rule": job.rule, "experiment": job.exp, "config": job.config, "method": job.method,
-        "k": job.k, "image": image, "vllm_version": version,
-        "paper_engine": job_paper_engine(cfg, exp, job.method, job.k, bs),
+        "k": job.k, "image": image, "engine": engine, "engine_version": version,
+        "vllm_version": version if engine == "vllm" else None,
+        "paper_engine": job_paper_engine(cfg, exp, job.method, job.k, job.tree, bs),
         "gpus": int(model.get("tensor_parallel_size", 1)) if (cfg.get("run") or {}).get("kind") == "gpu" else 0,
-        "log": job.log, "env": dict((cfg.get("engine") or {}).get("env") or {}),
+        "log": job.log, "env": {**((cfg.get("engine") or {}).get("env") or {}), **(VLLM_TREE_ENV if job.tree else {})},
     }
     if job.rule == "engine_trace":
         return {**rec, "dataset": job.dataset, "runner": "host", "llm_kwargs": None, "sampling_params": None}
+    if job.rule == "engine_sglang_bench":
+        return {**rec, **_sglang_record(cfg, job, workdir)}
     spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
     drafter = drafter_of(cfg, exp, job.method)
     ddir = model_dir(manifest_path(exp["model"], job.method), workdir) if drafter.get("source") else None
@@ -197,6 +231,24 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
 
         rec["other_sampling_params"]["cost_sweep"] = sweep_sampling_kwargs(int(sweep["max_tokens"]))
     return rec
+
+
+def _sglang_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLike) -> dict:
+    """What an SGLang bench job passes to ``sglang.Engine`` and its ``generate`` (specrepro.engine.sglang)."""
+    from . import sglang
+
+    exp = _experiments(cfg)[job.exp]
+    spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config))
+    drafter = drafter_of(cfg, exp, job.method)
+    ddir = model_dir(manifest_path(exp["model"], job.method), workdir) if drafter.get("source") else None
+    return {
+        "runner": "sglang", "env": {k: v for k, v in sglang.engine_env(spec).items()}, "llm_kwargs": None,
+        "sglang_kwargs": sglang.engine_kwargs(spec, cfg.get("sglang"), model_dir(manifest_path(exp["model"]), workdir),
+                                              ddir),
+        "sampling_params": {d: sglang.sampling_params(spec, n) for d, n in spec.datasets.items()},
+        "other_sampling_params": {"warmup": sglang.warmup_sampling_params()},
+        "drafter_class": sglang.DRAFTER_ARCH.get(job.method),
+    }
 
 
 def _model_type(path: str) -> str | None:

@@ -16,7 +16,10 @@ imported or executed) and checks, for each job ``specrepro engine-args`` prints 
 * the counters :mod:`specrepro.engine.counters` reads exist (names and the per-position label ``position``)
   and ``LLM.get_metrics`` exists.
 
-A problem is one line naming the job, the key and the version. :class:`Source` is the reusable part:
+A problem is one line naming the job, the key and the version. The SGLang jobs of Fig. 2 (``engine:
+sglang``) and every job's ``VLLM_ATTENTION_BACKEND`` are checked by
+:func:`specrepro.engine.sourcecheck_sglang.record_problems` against SGLang's (vLLM's) own source.
+:class:`Source` is the reusable part:
 other checks (hooks of a plugin, SGLang's server arguments) use its ``class_fields``, ``function_params``,
 ``literal_values``, ``string_constants`` and ``find_class``.
 """
@@ -433,14 +436,23 @@ def counter_problems(facts: VllmFacts) -> list[str]:
 
 
 def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_facts) -> tuple[list[str], dict]:
-    """(problems, {version: jobs checked}) of engine-args records; jobs without a pinned vLLM are skipped."""
+    """(problems, {"vLLM <version>" | "SGLang <version>": jobs checked}) of engine-args records; jobs without a
+    pinned engine are skipped."""
     from .images import image_packages
     from .sources import PINNED
+    from .sourcecheck_sglang import record_problems
 
     problems: list[str] = []
     checked: dict[str, int] = {}
     versions_done = set()
     for rec in records:
+        if rec.get("engine") == "sglang":
+            v = rec.get("engine_version")
+            if rec.get("sglang_kwargs") is None or ("sglang", v) not in PINNED:
+                continue
+            problems += record_problems(rec)
+            checked[f"SGLang {v}"] = checked.get(f"SGLang {v}", 0) + 1
+            continue
         v = rec.get("vllm_version")
         if rec.get("llm_kwargs") is None or not v or ("vllm", v) not in PINNED:
             continue
@@ -449,13 +461,14 @@ def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_fac
             problems += counter_problems(facts)
             versions_done.add(v)
         problems += check_job(rec, facts, image_packages(rec["image"]) if rec.get("image") else None)
-        checked[v] = checked.get(v, 0) + 1
+        problems += record_problems(rec)
+        checked[f"vLLM {v}"] = checked.get(f"vLLM {v}", 0) + 1
     return problems, checked
 
 
 def add_cli(sub) -> None:
-    p = sub.add_parser("source-check", help="check every engine job's vLLM arguments against the source of the "
-                                            "vLLM it runs on (pinned sdists; no GPU)")
+    p = sub.add_parser("source-check", help="check every engine job's vLLM (SGLang) arguments against the source of "
+                                            "the engine it runs on (pinned sdists; no GPU)")
     p.add_argument("--run-config", help="results/run_config.json (its jobs, as engine-args prints them)")
     p.add_argument("--engine-args", help="or: a file of engine-args lines")
     p.add_argument("--workdir", default=".")
@@ -475,7 +488,7 @@ def add_cli(sub) -> None:
             print(line, file=sys.stderr)
         if problems:
             raise SpecReproError(f"{len(problems)} problem(s) above")
-        done = ", ".join(f"{n} on vLLM {v}" for v, n in sorted(checked.items())) or "none"
+        done = ", ".join(f"{n} on {v}" for v, n in sorted(checked.items())) or "none"
         print(f"source-check: ok ({len(records)} jobs; checked: {done})", file=sys.stderr)
 
     p.set_defaults(func=run)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import style as _style
+from ..engine.trees import experiment_engine, tree_study
 
 #: modules of this package that define a figure or table, in report order
 MODULES = (
@@ -29,6 +30,8 @@ MODULES = (
     "today_figure",
     "today_table",
     "engine_speedup",
+    "engine_tree",
+    "engine_tree_table",
     "engine_reasoning",
     "engine_lossless",
     "engine_runtime",
@@ -102,7 +105,7 @@ class TraceContext:
     params: dict  #: the config's ``figures`` section
     run_kind: str = ""  #: the run config's ``run.kind`` ("cpu" or "gpu")
     #: engine subject only: the experiments in config order, each a dict with name, model, model_label,
-    #: datasets, methods, batch_sizes, thinking
+    #: datasets, methods, batch_sizes, thinking, engine ("vllm" or "sglang"), tree_study (Fig. 2's)
     experiments: tuple = ()
     model_labels: dict = field(default_factory=dict)
 
@@ -137,6 +140,7 @@ def engine_context(run_config: dict) -> TraceContext:
             "name": e["name"], "model": model, "model_label": (models.get(model) or {}).get("label", model),
             "datasets": list(e.get("datasets", [])), "methods": list(e.get("methods", [])),
             "batch_sizes": [int(b) for b in e.get("batch_sizes", [])], "thinking": bool(e.get("thinking", False)),
+            "engine": experiment_engine(e), "tree_study": tree_study(e),
         })
     return TraceContext(
         subject=ENGINE_SUBJECT,

