@@ -50,11 +50,12 @@ def add_arguments(p) -> None:
 
 
 def _with_ci(text: str, r: dict, key: str) -> str:
-    """``text`` with the interval of ``key`` under it in small type (no interval: ``text``)."""
+    """``text`` with the interval of ``key`` under it in small type (no interval: ``text``); a top-aligned inner
+    tabular keeps ``text`` on the row's baseline."""
     lo, hi = r.get(f"{key}_ci_low", math.nan), r.get(f"{key}_ci_high", math.nan)
     if lo is None or hi is None or math.isnan(lo) or math.isnan(hi):
         return text
-    return f"\\shortstack[r]{{{text}\\\\{{\\tiny [{lo:.2f}, {hi:.2f}]}}}}"
+    return f"\\begin{{tabular}}[t]{{@{{}}r@{{}}}}{text}\\\\{{\\tiny [{lo:.2f}, {hi:.2f}]}}\\end{{tabular}}"
 
 
 def _cell(v: float, closed: float) -> str:
