@@ -58,7 +58,7 @@ def mutated(fn):
 
 CASES = [
     (lambda c: c["experiments"][0]["methods"][1].__setitem__("method", "eagel"),
-     "config error: experiments[0].methods[1].method = \"eagel\": not allowed (allowed: none, ngram, eagle, eagle3, draft_model, mtp)"),
+     "config error: experiments[0].methods[1].method = \"eagel\": not allowed (allowed: none, ngram, eagle, eagle3, draft_model, mtp, suffix)"),
     (lambda c: c["experiments"][0]["batch_sizes"].__setitem__(0, 0),
      "config error: experiments[0].batch_sizes[0] = 0: 0 is less than the minimum of 1"),
     (lambda c: c["experiments"][0]["methods"][1].__setitem__("k", [0]),

@@ -168,7 +168,7 @@ def expected_image(job, cfg):
     exp = exps[parts[2]]
     if parts[3] in ("bench", "profile"):
         c = experiment_configs(exp)[parts[4].split(".")[0]]
-        return job_image(cfg, exp, c["method"], c["k"], c["tree"])
+        return job_image(cfg, exp, c["method"], c["k"], c["tree"], bool(c.get("k_by_batch_size")))
     if parts[3] == "traces":
         return job_image(cfg, exp, parts[4])
     return job_image(cfg, exp)

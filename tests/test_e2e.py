@@ -112,8 +112,11 @@ def test_engine_figures_in_the_report_labelled_as_cpu(cpu_run):
     lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
     sd = lossless[lossless["method"] != "none"]
     assert (sd["identical"] == sd["compared"]).all() and set(sd["method"]) >= {"ngram", "eagle", "eagle3", "draft_model"}
-    self_draft = lossless[(lossless["exp"] == "tiny-llama-selfdraft") & (lossless["method"] == "draft_model")].iloc[0]
-    assert self_draft["acceptance_length"] == 4.0  # a draft identical to the target: k + 1
+    selfdraft = lossless[lossless["exp"] == "tiny-llama-selfdraft"].set_index("config")
+    assert selfdraft.loc["draft_model-k3", "acceptance_length"] == 4.0  # a draft identical to the target: k + 1
+    # k by batch size (3 at B = 1, 1 at B = 4): every draft still accepted, fewer per step
+    assert selfdraft.loc["draft_model-k3-bs", "acceptance_rate"] == 1.0
+    assert 2.0 < selfdraft.loc["draft_model-k3-bs", "acceptance_length"] < 4.0
 
 
 def test_nothing_left_to_do(cpu_run):

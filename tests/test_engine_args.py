@@ -41,8 +41,9 @@ def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     dag = {j["output"][0]: j for j in json.loads(proc.stdout) if j["rule"] in DAG_RULES}
     recs = {r["job"]: r for r in engine_args(validated(REPO / "config" / "paper.yaml"), tmp_path)}
-    # Fig. 1-4: 21 bench, 12 profile, 50 trace jobs; Fig. 2: 8 bench jobs on vLLM's tree path, 8 on SGLang
-    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 50 + 8 + 8
+    # Fig. 1-4: 21 bench, 12 profile, 50 trace jobs; Fig. 2: 8 bench jobs on vLLM's tree path, 8 on SGLang;
+    # llama3.1-8b-today: 6 bench, 4 profile, no traces
+    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 50 + 8 + 8 + 6 + 4
     assert sum(r["rule"] == "engine_sglang_bench" for r in recs.values()) == 8
     for out, r in recs.items():
         j = dag[out]
@@ -70,7 +71,7 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert len(lines) == 99
+    assert len(lines) == 109
     want = {"job", "experiment", "config", "image", "engine", "engine_version", "vllm_version", "llm_kwargs",
             "sampling_params", "rule", "gpus"}
     assert all(want <= set(r) for r in lines)
@@ -80,6 +81,12 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
         "method": "draft_model", "model": "<path of resources/models/llama3-70b/drafters/draft_model/manifest.json>",
         "num_speculative_tokens": 3, "max_model_len": 8192}
     assert r["sampling_params"]["gsm8k"] == {"max_tokens": 8192, "seed": 42, "temperature": 0.0}
+    r = next(x for x in lines if x["job"] == "results/engine/llama3.1-8b-today/bench/suffix-k16-bs.parquet")
+    assert (r["image"], r["vllm_version"], r["gpus"]) == ("latest", "0.34.0", 1)
+    assert r["llm_kwargs"]["speculative_config"] == {
+        "method": "suffix", "num_speculative_tokens": 16,
+        "num_speculative_tokens_per_batch_size": [[1, 7, 16], [8, 15, 6], [16, 31, 4], [32, 63, 3], [64, 127, 2],
+                                                  [128, 128, 1]]}
     # an SGLang job (Fig. 2): its image, SGLang's keywords and sampling parameters, the drafter class it loads
     r = next(x for x in lines if x["job"] == "results/engine/tree-llama3-70b-sglang/bench/eagle-k21-tree-d3b4.parquet")
     assert (r["rule"], r["image"], r["engine"], r["engine_version"], r["vllm_version"], r["gpus"]) == (

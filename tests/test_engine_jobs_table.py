@@ -55,7 +55,7 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     assert cli.main(["figure", "tab_engine_jobs", "--run-config", str(tmp_path / "run_config.json"), "--subject",
                      "engine", "--records", *_records(tmp_path, paper), "--csv", str(csv), "-o", str(out)]) == 0
     t = pd.read_csv(csv)
-    assert len(t) == 21 + 8 + 8 + 12  # Fig. 1-4 bench, Fig. 2 on vLLM and on SGLang, profiled passes
+    assert len(t) == 21 + 8 + 8 + 12 + 6 + 4  # Fig. 1-4 bench, Fig. 2 on vLLM and on SGLang, profiled passes, today's
     row = t[(t["exp"] == "qwen3-8b") & (t["config"] == "eagle3-k3") & (t["job"] == "bench")].iloc[0]
     assert (row["image"], row["vllm_version"], row["paper_engine"]) == ("v0111", "0.11.1", "vLLM 0.11.1rc1")
     assert row["deviation"] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
@@ -80,6 +80,10 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     assert "sglang (SGLang 0.5.9) & SGLang 0.5.9 &" in tex and "SGLang 0.5.9; here vLLM 0.10.1.1" in tex
     # no deviation, none named (a missing one is NaN in the table, which once read as one)
     assert "& paper (0.10.1.1) & vLLM 0.10.1.1 &" in tex and "vLLM 0.10.1.1; here vLLM 0.10.1.1" not in tex
+    # today's methods: on the latest image, labelled by their k schedule, and not the paper's
+    bs = t[(t["exp"] == "llama3.1-8b-today") & (t["config"] == "suffix-k16-bs")].iloc[0]
+    assert (bs["image"], bs["vllm_version"], bs["deviation"]) == ("latest", "0.34.0", "none (beyond the paper) -> vLLM 0.34.0")
+    assert "suffix decoding (k by batch size, up to 16)" in tex and "none (beyond the paper); here vLLM 0.34.0" in tex
 
 
 def test_runtime_table_compares_the_plan_with_the_measured_time(tmp_path, paper):

@@ -359,6 +359,113 @@ def test_fig_beyond_lines_are_the_beyond_table(simulated, monkeypatch, tmp_path)
         assert all(winner[b] <= v + 1e-12 for b, v in pairs(s["Oracle Combine (paper)"]).items())
 
 
+# --- the paper's question on today's engines (simulator) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def today(simulated):
+    """The today stage on the simulated toy set: suffix traces, a fixed-k grid, schedules, today's simulations."""
+    tmp, out = simulated
+    summaries = list(out["paper"]) + [p for p in out["variants"] if "adaptive-" in p.name]
+    grids = []
+    for ds in ("cnn", "gsm8k"):
+        st = tmp / f"today-{ds}.suffix.jsonl"
+        assert cli.main(["suffix-trace", str(tmp / f"{ds}.jsonl"), "--dataset", ds, "-o", str(st)]) == 0
+        common = ["--trace", str(st), "--dataset", ds, "--batch-sizes", "1", "4", "--num-requests", "10"]
+        grid = tmp / f"today-grid-{ds}.csv"
+        assert cli.main(["simulate", *common, "--proposer", "ngram", "eagle", "suffix", "--policy", "fixed-1",
+                         "fixed-2", "fixed-3", "fixed-5", "-o", str(grid)]) == 0
+        grids.append(grid)
+    schedule = tmp / "today-schedule.json"
+    assert cli.main(["k-schedule", "--grids", *map(str, grids), "-o", str(schedule)]) == 0
+    for ds in ("cnn", "gsm8k"):
+        common = ["--trace", str(tmp / f"today-{ds}.suffix.jsonl"), "--dataset", ds, "--batch-sizes", "1", "4",
+                  "--num-requests", "10"]
+        a, b = tmp / f"today-{ds}.csv", tmp / f"today-{ds}.today-suffix.csv"
+        assert cli.main(["simulate", *common, "--proposer", "ngram", "eagle", "suffix", "--policy", "batch-schedule",
+                         "--schedule", str(schedule), "-o", str(a)]) == 0
+        assert cli.main(["simulate", *common, "--proposer", "suffix", "combined3", "--policy", "fixed-1", "fixed-3",
+                         "fixed-5", "oracle", "-o", str(b)]) == 0
+        summaries += [a, b]
+    return tmp, summaries, schedule
+
+
+def _all_summaries(paths) -> pd.DataFrame:
+    df = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+    return df[(df["batching"] == "replicate") & (df["pairing"] == "index") & (df["combine_cost"] == "ngram")]
+
+
+def _today_table(monkeypatch, today, tmp_path):
+    tmp, summaries, schedule = today
+    csv = tmp_path / "today.csv"
+    assert cli.main(["figure", "tab_today", "--run-config", str(tmp / "run_config.json"), "--subject", "toy",
+                     "--summaries", *map(str, summaries), "--schedule", str(schedule), "--csv", str(csv),
+                     "-o", str(tmp_path / "today.tex")]) == 0
+    return pd.read_csv(csv), (tmp_path / "today.tex").read_text()
+
+
+def test_tab_today_values_are_the_simulations_and_their_intervals(today, monkeypatch, tmp_path):
+    from specrepro.today import METHODS, PAPER_FIXED
+
+    t, tex = _today_table(monkeypatch, today, tmp_path)
+    df = _all_summaries(today[1]).set_index(["dataset", "proposer", "policy", "batch_size"])
+    assert len(t) == 4
+    for r in t.itertuples():
+        # by hand: the best of the paper's six fixed-k runs, with that run's own interval
+        fixed = {(p, pol): df.loc[(r.dataset, p, pol, r.batch_size), "speedup"] for p, pol in PAPER_FIXED}
+        (bp, bpol), best = max(fixed.items(), key=lambda kv: kv[1])
+        assert (r.best_fixed, r.best_fixed_proposer, r.best_fixed_k) == (pytest.approx(best), bp, int(bpol[6:]))
+        src = df.loc[(r.dataset, bp, bpol, r.batch_size)]
+        assert (r.best_fixed_ci_low, r.best_fixed_ci_high) == pytest.approx((src["ci_low"], src["ci_high"]))
+        oracle = r.combined3_oracle
+        for key, prop, pol, _ in METHODS:
+            if not prop:
+                continue
+            row = df.loc[(r.dataset, prop, pol, r.batch_size)]
+            assert getattr(r, key) == pytest.approx(row["speedup"])
+            lo, hi = getattr(r, f"{key}_ci_low"), getattr(r, f"{key}_ci_high")
+            assert (lo, hi) == pytest.approx((row["ci_low"], row["ci_high"]), nan_ok=True)
+            assert lo <= getattr(r, key) <= hi or (lo == hi == 1.0)  # k = 0 of a schedule: exactly 1
+            if key != "combined3_oracle":
+                assert getattr(r, f"{key}_closed") == pytest.approx((row["speedup"] - best) / (oracle - best))
+        # the tex row prints the two speedups with their intervals under them
+        cell = "\\begin{tabular}[t]{@{}r@{}}%s\\\\{\\tiny [%.2f, %.2f]}\\end{tabular}"
+        best_text = f"{r.best_fixed:.2f} ({'E' if bp == 'eagle' else 'n'}{r.best_fixed_k})"
+        assert cell % (best_text, r.best_fixed_ci_low, r.best_fixed_ci_high) in tex
+        assert cell % (f"{oracle:.2f}", r.combined3_oracle_ci_low, r.combined3_oracle_ci_high) in tex
+    # the statement up front carries the same intervals
+    r = t[(t["dataset"] == "cnn") & (t["batch_size"] == 1)].iloc[0]
+    assert (f"CNN/DM: at B = 1 the best fixed k gives {r.best_fixed:.2f}x [{r.best_fixed_ci_low:.2f}, "
+            f"{r.best_fixed_ci_high:.2f}] and the oracle {r.combined3_oracle:.2f}x [{r.combined3_oracle_ci_low:.2f}, "
+            f"{r.combined3_oracle_ci_high:.2f}]") in tex
+
+
+def test_fig_today_lines_and_bands_are_the_table(today, monkeypatch, tmp_path):
+    from specrepro.figures.today_figure import BANDS, LINES
+
+    tmp, summaries, _ = today
+    t, _ = _today_table(monkeypatch, today, tmp_path)
+    fig = build(monkeypatch, "figure", "fig_today", "--run-config", tmp / "run_config.json", "--subject", "toy",
+                "--summaries", *summaries, "-o", tmp_path / "ft.pdf")
+    axes = fr.visible_axes(fig)
+    assert [ax.get_title() for ax in axes] == ["CNN/DM", "GSM8K"]
+    for ax, ds in zip(axes, ("cnn", "gsm8k")):
+        s = fr.series_by_label(ax)
+        rows = t[t["dataset"] == ds].sort_values("batch_size")
+        assert set(s) == {label for *_, label in LINES.values()}
+        for key, (color, ls, marker, label) in LINES.items():
+            assert pairs(s[label]) == pytest.approx(dict(zip(rows["batch_size"], rows[key])))
+            assert (s[label].color, s[label].marker) == (to_hex(color), marker)
+        # adding suffix to Oracle Combine can only add accepted tokens at the same drafting cost
+        assert all(v >= pairs(s["Oracle Combine (n-gram, EAGLE)"])[b] - 1e-12
+                   for b, v in pairs(s["Oracle Combine (+ suffix)"]).items())
+        # a band behind each of BANDS' lines, each exactly that line's intervals from the table
+        expected = [iv for key in BANDS for iv in fr.table_intervals(rows, "batch_size", key)]
+        assert len(expected) == 2 * len(BANDS)
+        fr.assert_intervals(ax, expected, all_drawn=True)
+        assert fr.hlines(ax) == [1.0]
+
+
 # --- the cost fit ----------------------------------------------------------------------------------------
 
 

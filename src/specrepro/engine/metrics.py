@@ -42,7 +42,7 @@ from ..uncertainty import (
 )
 
 #: method display order (figures, tables)
-METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 REQUIRED = ("exp", "model", "method", "k", "config", "dataset", "request_index", "batch_size", "status", "error",
             "wall_s", "output_tokens", "throughput", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
             "accepted_per_pos", "acceptance_length", "output_token_ids")
@@ -93,10 +93,14 @@ def config_order(points: pd.DataFrame) -> list[tuple[str, str, int | None]]:
     return sorted(rows, key=lambda t: (method_rank(t[1]), t[1], -1 if t[2] is None else t[2], t[0]))
 
 
-def config_label_text(method: str, k: int | None, labels: Mapping[str, str]) -> str:
-    """``n-gram (k=3)``; ``no SD``."""
+def config_label_text(method: str, k: int | None, labels: Mapping[str, str], config: str | None = None) -> str:
+    """``n-gram (k=3)``; ``no SD``; ``EAGLE-3 (k by batch size, up to 10)`` for a ``-bs`` configuration."""
     name = labels.get(method, method)
-    return name if method == "none" or k is None else f"{name} (k={k})"
+    if method == "none" or k is None:
+        return name
+    if config is not None and str(config).endswith("-bs"):
+        return f"{name} (k by batch size, up to {k})"
+    return f"{name} (k={k})"
 
 
 # --- summaries ------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ imported or executed) and checks, for each job ``specrepro engine-args`` prints 
 * each ``llm_kwargs`` key is a field of that version's ``EngineArgs`` (or a parameter of ``LLM.__init__``);
 * each ``speculative_config`` key is a field of its ``SpeculativeConfig``, the method is one of its
   ``SpeculativeMethod`` literal (after the renames its ``__post_init__`` applies, e.g. deepseek_mtp ->
-  mtp in 0.11), no code path raises ``NotImplementedError`` for it, and a method without ``model`` is
-  one that version fills the model in for;
+  mtp in 0.11), no code path raises ``NotImplementedError`` for it, a method without ``model`` is
+  one that version fills the model in for, and an optional package the method needs (``SpeculativeConfig``
+  raises ``ImportError`` without it, e.g. arctic-inference for suffix decoding in 0.11) is in the lock of
+  the job's image (``containers/vllm-<image>.lock``);
 * each ``SamplingParams`` keyword is one of its fields;
 * the counters :mod:`specrepro.engine.counters` reads exist (names and the per-position label ``position``)
   and ``LLM.get_metrics`` exists.
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -190,6 +193,45 @@ def _if_chain(node: ast.If) -> list[tuple[ast.AST | None, list[ast.stmt]]]:
         return out
 
 
+def _import_error_requirement(node: ast.AST) -> str | None:
+    """The ``pip install <requirement>`` an ``ImportError`` raised in ``node`` names, or None."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Raise) and n.exc is not None:
+            exc = n.exc.func if isinstance(n.exc, ast.Call) else n.exc
+            if getattr(exc, "id", None) == "ImportError":
+                m = re.search(r"pip install [`'\"]?([A-Za-z0-9][A-Za-z0-9_.\-]*(?:==[A-Za-z0-9_.+\-]+)?)",
+                              " ".join(_consts(n.exc)))
+                if m:
+                    return m.group(1)
+    return None
+
+
+def _method_packages(cls: ast.ClassDef) -> dict[str, str]:
+    """{method: pip requirement} of methods whose ``SpeculativeConfig`` code raises ``ImportError`` without an
+    optional package: ``if self.method == "suffix": self._validate_suffix_decoding()`` where that helper
+    raises ``ImportError("... pip install arctic-inference==0.1.1")`` (vLLM 0.11)."""
+    helpers = {f.name: req for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+               for req in [_import_error_requirement(f)] if req}
+    out: dict[str, str] = {}
+    for test, body in _blocks(cls):
+        methods = _method_compare_consts(test) if test is not None else set()
+        if not methods:
+            continue
+        block = ast.Module(body=body, type_ignores=[])
+        req = _import_error_requirement(block) or next(
+            (helpers[n.func.attr] for n in ast.walk(block) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Attribute) and n.func.attr in helpers), None)
+        if req:
+            for m in methods:
+                out.setdefault(m, req)
+    return out
+
+
+def requirement_name(req: str) -> str:
+    """The normalised project name of a requirement or lock line (``Arctic_Inference==0.1.1`` -> ``arctic-inference``)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[=<>!~;\[ ]", req.strip(), maxsplit=1)[0]).lower()
+
+
 def _registry_modelless(src: Source) -> set[str]:
     """Newer vLLM (0.2x on): one SpeculatorConfig class per method (``_CONFIG_BY_METHOD``) whose
     ``default_model`` gives the model when none is given; a method needs one when it raises there."""
@@ -241,6 +283,7 @@ class VllmFacts:
     not_implemented: set[str]
     modelless_methods: set[str]  #: methods whose model __post_init__ fills in when none is given
     modelless_types: set[str]  #: target model types it fills the model in for (any method)
+    method_packages: dict[str, str]  #: {method: pip requirement} of optional packages a method needs
     sampling_fields: set[str]
     metric_strings: set[str]
     has_get_metrics: bool
@@ -303,7 +346,7 @@ def vllm_facts(src: Source, version: str = "") -> VllmFacts:
     return VllmFacts(
         version=version or src.label, engine_args=Source.class_fields(ea), llm_params=llm_params,
         spec_fields=Source.class_fields(sc), methods=methods, renames=renames, not_implemented=not_impl,
-        modelless_methods=modelless_methods, modelless_types=modelless_types,
+        modelless_methods=modelless_methods, modelless_types=modelless_types, method_packages=_method_packages(sc),
         sampling_fields=Source.class_fields(sp), metric_strings=metrics,
         has_get_metrics=Source.method(llm, "get_metrics") is not None,
         files={"EngineArgs": ea_file, "LLM": llm_file, "SpeculativeConfig": sc_file, "SamplingParams": sp_file},
@@ -318,14 +361,20 @@ def pinned_vllm_facts(version: str) -> VllmFacts:
     return vllm_facts(Source(source_tree("vllm", version), f"vLLM {version}"), version)
 
 
-def method_problem(facts: VllmFacts, method: str, has_model: bool, target_model_type: str | None = None) -> str | None:
-    """Why this vLLM would refuse speculative method ``method`` (as passed), or None."""
+def method_problem(facts: VllmFacts, method: str, has_model: bool, target_model_type: str | None = None,
+                   packages: Iterable[str] | None = None, image: str | None = None) -> str | None:
+    """Why this vLLM would refuse speculative method ``method`` (as passed), or None. ``packages``: the
+    project names installed with it (image ``image``'s lock); None: optional packages are not checked."""
     v = facts.version
     if method not in facts.methods:
         return f"method {method!r} is not a SpeculativeMethod of vLLM {v} (it accepts {', '.join(sorted(facts.methods))})"
     m = facts.renames.get(method, method)
     if method in facts.not_implemented or m in facts.not_implemented:
         return f"vLLM {v} raises NotImplementedError for method {method!r}"
+    req = facts.method_packages.get(method) or facts.method_packages.get(m)
+    if req and packages is not None and requirement_name(req) not in {requirement_name(x) for x in packages}:
+        where = f"image {image} (containers/vllm-{image}.lock)" if image else "this installation"
+        return f"vLLM {v} needs {req} for method {method!r} (ImportError without it), which {where} does not install"
     if not has_model and m not in MODEL_FREE and m not in facts.modelless_methods:
         if facts.modelless_types and target_model_type in facts.modelless_types:
             return None
@@ -337,8 +386,9 @@ def method_problem(facts: VllmFacts, method: str, has_model: bool, target_model_
     return None
 
 
-def check_job(rec: Mapping[str, Any], facts: VllmFacts) -> list[str]:
-    """Problems of one ``engine-args`` record against its vLLM's facts, one line each."""
+def check_job(rec: Mapping[str, Any], facts: VllmFacts, packages: Iterable[str] | None = None) -> list[str]:
+    """Problems of one ``engine-args`` record against its vLLM's facts, one line each (``packages``: those of
+    the record's image, for the optional packages a method needs)."""
     out = []
     job, v = rec["job"], facts.version
 
@@ -358,7 +408,8 @@ def check_job(rec: Mapping[str, Any], facts: VllmFacts) -> list[str]:
             if key not in facts.spec_fields:
                 bad(f"speculative_config.{key} is not a field of SpeculativeConfig ({facts.files['SpeculativeConfig']})")
         if "method" in sc:
-            why = method_problem(facts, sc["method"], bool(sc.get("model")), rec.get("target_model_type"))
+            why = method_problem(facts, sc["method"], bool(sc.get("model")), rec.get("target_model_type"),
+                                 packages, rec.get("image"))
             if why:
                 bad(f"speculative_config.method: {why}")
     sampling = dict(rec.get("sampling_params") or {})
@@ -387,6 +438,7 @@ def counter_problems(facts: VllmFacts) -> list[str]:
 def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_facts) -> tuple[list[str], dict]:
     """(problems, {"vLLM <version>" | "SGLang <version>": jobs checked}) of engine-args records; jobs without a
     pinned engine are skipped."""
+    from .images import image_packages
     from .sources import PINNED
     from .sourcecheck_sglang import record_problems
 
@@ -408,7 +460,8 @@ def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_fac
         if v not in versions_done:
             problems += counter_problems(facts)
             versions_done.add(v)
-        problems += check_job(rec, facts) + record_problems(rec)
+        problems += check_job(rec, facts, image_packages(rec["image"]) if rec.get("image") else None)
+        problems += record_problems(rec)
         checked[f"vLLM {v}"] = checked.get(f"vLLM {v}", 0) + 1
     return problems, checked
 

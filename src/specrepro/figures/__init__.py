@@ -27,6 +27,8 @@ MODULES = (
     "sim_fig09",
     "sim_beyond_table",
     "sim_beyond_figure",
+    "today_figure",
+    "today_table",
     "engine_speedup",
     "engine_tree",
     "engine_tree_table",

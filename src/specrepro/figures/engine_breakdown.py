@@ -210,7 +210,7 @@ def build(args, ctx: TraceContext) -> None:
             g = sub[sub["config"] == cfg]
             xs = [x + i for i in range(len(g))]
             pos.extend(zip(xs, g.itertuples(index=False)))
-            label = config_label_text(method, k, ctx.proposers).replace(" (", "\n(")
+            label = config_label_text(method, k, ctx.proposers, cfg).replace(" (", "\n(")
             groups.append((float(np.mean(xs)), label))
             x += len(g) + 1
         xs = [p for p, _ in pos]

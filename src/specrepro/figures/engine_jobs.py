@@ -119,7 +119,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
         ran = g.loc["bench", "engine_version"] if "bench" in g.index and g.loc["bench", "engine_version"] else "--"
         bench = g.loc["bench", "status"] if "bench" in g.index else "--"
         prof = g.loc["profile", "status"] if "profile" in g.index else "--"
-        lines.append(f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers))} & {tex_escape(image)} & "
+        lines.append(f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers, r.config))} & {tex_escape(image)} & "
                      f"{tex_escape(paper)} & {tex_escape(str(ran))} & {tex_escape(bench)} & {tex_escape(prof)} \\\\")
     if conf.empty:
         lines.append(r"\multicolumn{7}{c}{no engine jobs} \\")

@@ -73,7 +73,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
         err = r.first_error or (f"(counters) {r.first_counter_warning}" if r.first_counter_warning else "")
         ident = "--" if r.method == "none" else f"{int(r.identical)}/{int(r.compared)}"
         err_tex = f"{{\\scriptsize {tex_breakable(_short(err))}}}" if err else "--"
-        cfg = tex_escape(config_label_text(r.method, k, ctx.proposers))
+        cfg = tex_escape(config_label_text(r.method, k, ctx.proposers, r.config))
         lines.append(
             f"{exp} & {cfg} & {ident} & {_num(r.acceptance_length)}{_ci(r, 'acceptance_length')} & "
             f"{_num(r.acceptance_rate)}{_ci(r, 'acceptance_rate')} & {pos} & "

@@ -67,7 +67,7 @@ def build(args, ctx: TraceContext) -> None:
         width = 0.8 / max(1, len(configs))
         top = 0.0
         for c, (cfg, method, k) in enumerate(configs):
-            label = config_label_text(method, k, ctx.proposers)
+            label = config_label_text(method, k, ctx.proposers, cfg)
             for x, b in enumerate(bss):
                 r = sub[(sub["config"] == cfg) & (sub["batch_size"] == b)]
                 if r.empty or not r["throughput"].notna().any():

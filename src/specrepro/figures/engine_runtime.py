@@ -115,7 +115,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
     for exp, r in grouped_rows(t.itertuples(index=False), "exp", lines):
         k = None if pd.isna(r.k) else int(r.k)
         lines.append(
-            f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers))} & {tex_escape(r.device)} & "
+            f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers, r.config))} & {tex_escape(r.device)} & "
             f"{r.points} & {r.failed} & {_secs(r.measured_s)} & {_secs(r.load_s)} & {_hours(r.device_hours)} & "
             f"{_plan(r.plan_h, gpu)} & {_hours(r.job_h)} \\\\"
         )

@@ -112,7 +112,7 @@ def build(args, ctx: TraceContext) -> None:
                 if s.empty:
                     continue
                 color, marker = styles[cfg]
-                label = config_label_text(method, k, ctx.proposers)
+                label = config_label_text(method, k, ctx.proposers, cfg)
                 (line,) = ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, markersize=3.5,
                                   label=label)
                 seen.setdefault(label, line)
