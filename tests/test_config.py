@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from specrepro.config import ConfigError, RunConfig, check_config, config_hash, validate_schema
+from specrepro.engine.trees import tree_study
 
 from conftest import REPO
 
@@ -36,7 +37,9 @@ def test_paper_config_holds_the_paper_grid():
     validate_schema(cfg, SCHEMA)
     exps = {e["name"]: e for e in cfg["experiments"]}
     assert set(exps) >= {"llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"}
-    assert exps["llama3.1-8b"]["batch_sizes"] == [1, 16, 64, 128]
+    # the paper's Fig. 1 grid, plus B = 32 for the text's ShareGPT drop from B = 1 to 32
+    assert exps["llama3.1-8b"]["batch_sizes"] == exps["llama3-70b"]["batch_sizes"] == [1, 16, 32, 64, 128]
+    assert exps["qwen3-8b"]["batch_sizes"] == [1, 16, 64, 128]
     assert {m["method"] for m in exps["llama3-70b"]["methods"]} == {"none", "ngram", "eagle", "draft_model"}
     assert cfg["models"]["llama3-70b"]["tensor_parallel_size"] == 4
     assert cfg["models"]["glm-4.5-air"]["tensor_parallel_size"] == 4
@@ -56,7 +59,7 @@ def mutated(fn):
 
 CASES = [
     (lambda c: c["experiments"][0]["methods"][1].__setitem__("method", "eagel"),
-     "config error: experiments[0].methods[1].method = \"eagel\": not allowed (allowed: none, ngram, eagle, eagle3, draft_model, mtp)"),
+     "config error: experiments[0].methods[1].method = \"eagel\": not allowed (allowed: none, ngram, eagle, eagle3, draft_model, mtp, suffix)"),
     (lambda c: c["experiments"][0]["batch_sizes"].__setitem__(0, 0),
      "config error: experiments[0].batch_sizes[0] = 0: 0 is less than the minimum of 1"),
     (lambda c: c["experiments"][0]["methods"][1].__setitem__("k", [0]),
@@ -105,8 +108,12 @@ def test_cpu_config_has_a_standin_for_every_paper_experiment():
     cpu, paper = load("cpu.yaml"), load("paper.yaml")
     validate_schema(cpu, SCHEMA)
     check_config(cpu)
-    paper_names = [e["name"] for e in paper["experiments"]]
+    paper_names = ["llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"]
     assert sorted(e["stands_in_for"] for e in cpu["experiments"] if e.get("stands_in_for")) == sorted(paper_names)
+    # the paper's other experiments have none: Fig. 2's tree study (SGLang, vLLM's tree path: GPU-only) and
+    # today's methods (suffix decoding is GPU-only here; k by batch size rides on the Llama-3.1 stand-in)
+    others = {e["name"] for e in paper["experiments"]} - set(paper_names)
+    assert others == {"llama3.1-8b-today"} | {e["name"] for e in paper["experiments"] if tree_study(e)}
     for name in paper_names:
         _, exp = _standin(cpu, name)
         assert cpu["models"][exp["model"]]["source"]["build"]["kind"] in (
@@ -136,7 +143,15 @@ STANDIN_CASES = [
      'config error: experiments[2].stands_in_for = "qwen3-8b": misses eagle3-k3 of that paper experiment'),
     (lambda c: _standin(c, "qwen3-8b")[1].__setitem__("stands_in_for", "qwen3-32b"),
      'config error: experiments[2].stands_in_for = "qwen3-32b": not an experiment of config/paper.yaml '
-     '(allowed: llama3.1-8b, llama3-70b, qwen3-8b, qwen3-8b-thinking, glm-4.5-air)'),
+     'that a CPU stand-in can run (allowed: llama3.1-8b, llama3-70b, qwen3-8b, qwen3-8b-thinking, '
+     "llama3.1-8b-today, glm-4.5-air; Fig. 2's tree study is GPU-only)"),
+    (lambda c: _standin(c, "llama3-70b")[1].__setitem__("stands_in_for", "tree-llama3-70b-vllm"),
+     'config error: experiments[1].stands_in_for = "tree-llama3-70b-vllm": not an experiment of config/paper.yaml '
+     'that a CPU stand-in can run'),
+    # k by batch size is a configuration of its own: a fixed k does not cover it
+    (lambda c: _standin(c, "llama3.1-8b")[1].__setitem__("stands_in_for", "llama3.1-8b-today"),
+     'config error: experiments[0].stands_in_for = "llama3.1-8b-today": misses eagle3-k10-bs, suffix-k3, '
+     'suffix-k16-bs of that paper experiment'),
     (lambda c: _standin(c, "qwen3-8b-thinking")[1].__setitem__("thinking", False),
      'config error: experiments[3].thinking = false: the paper experiment "qwen3-8b-thinking" it stands in for has thinking: true'),
 ]

