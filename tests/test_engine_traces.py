@@ -204,3 +204,34 @@ def test_paper_trace_jobs_run_on_the_experiments_gpus(tmp_path):
         assert r["gpu"] == b["gpu"] and int(r["mem_mb"]) == int(b["mem_mb"]), (job, r, b)
         assert int(r["runtime"]) > 0
     assert traces["llama3-70b/eagle"]["gpu"] == "4" and int(traces["llama3-70b/eagle"]["mem_mb"]) < 384_000
+
+
+def test_trace_job_estimate_by_hand():
+    """specrepro.plan.trace_seconds on made-up coefficients: 2 requests of 10 prompt tokens, 3 kept tokens,
+    k = 2, cap 4: prefill + 3 steps of both requests + the tail step of one request to the cap."""
+    from types import SimpleNamespace
+
+    from specrepro.plan import trace_seconds
+
+    cm = SimpleNamespace(c_kv=1.0, c_compute=10.0, c_fixed=100.0, d_kv=0.5, d_spec=7.0, d_fixed=3.0, overhead=1000.0)
+    cm.target = lambda kv, n: cm.c_kv * kv + cm.c_compute * n + cm.c_fixed
+    # prefill 300 + 1000; steps j = 1..3, kv 2*(10 + j) = 22, 24, 26: target 72 + 3*(10*2*3 + 100), drafts
+    # 2*(0.5*72 + 3*(7 + 3)), overhead 3*1000; tail j = 4, one request: kv 14: 14 + 130 + 2*(7 + 10) + 1000
+    want = 300 + 1000 + (72 + 480) + 132 + 3000 + (14 + 130 + 34 + 1000)
+    assert trace_seconds(cm, 2, 10, 3, k=2, cap=4) == pytest.approx(want, rel=1e-12)
+    assert trace_seconds(cm, 2, 10, 3, k=2, cap=4, drafter=False) == pytest.approx(want - 132 - 34, rel=1e-12)
+    assert trace_seconds(cm, 300, 10, 3, k=2) == pytest.approx(2 * trace_seconds(cm, 256, 10, 3, k=2), rel=1e-12)
+
+
+def test_plan_has_a_trace_row_per_experiment_and_method():
+    import yaml
+
+    from conftest import REPO
+    from specrepro.plan import plan_jobs
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    t = plan_jobs(cfg)
+    tr = t[t["job"] == "trace"].set_index(["exp", "config"])
+    assert tr.loc[("llama3-70b", "eagle-k20"), "gpus"] == 4 and tr.loc[("glm-4.5-air", "mtp-k20"), "gpus"] == 4
+    assert len(tr) == 13 and (tr["est_hours"] > 0).all()
+    assert tr.loc[("llama3.1-8b", "ngram-k20"), "points"] == 4 * 500

@@ -484,7 +484,7 @@ def trace_spec(wc):
         "datasets": {d: max_output(wc.exp, d) for d in trace_datasets(wc.exp)},
         "batch_sizes": [1],
         "num_requests": int(e.get("num_requests") or 10**9),
-        "engine": ENGINE,
+        "engine": {**ENGINE, "env": {**(ENGINE.get("env") or {}), **(ENGINE.get("trace_env") or {})}},
         "tensor_parallel_size": int(config["models"][e["model"]].get("tensor_parallel_size", 1)),
         "drafter": {k: v for k, v in drafter_of(wc.exp, wc.method).items() if k in ("method_name", "max_model_len")},
         "batching": ENGINE.get("batching", "replicate"),

@@ -55,6 +55,7 @@ def run_profile(
     batch_sizes, prompt_lens, max_tokens), only for configurations whose shapes are known (no SD, or a
     draft model identical to the target); otherwise that table is empty.
     """
+    apply_engine_env(spec)  # before vLLM (and torch) load
     from vllm import SamplingParams, TokensPrompt
 
     from .breakdown import phase_breakdown, step_problems, step_table

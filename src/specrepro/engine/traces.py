@@ -195,16 +195,22 @@ def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir:
     ``greedy``: optional table (dataset, request_id, output_token_ids) of no-SD greedy outputs to compare
     with. Returns (released-format records with a ``dataset`` field, the check summary).
     """
+    from .args import apply_engine_env, engine_kwargs
+
+    apply_engine_env(spec)  # before vLLM (and torch) load: OMP_NUM_THREADS counts only then
     from vllm import SamplingParams, TokensPrompt
 
-    from .args import engine_kwargs
     from .counters import counter_delta, read_counters
     from .instrument import rpc_set_flags
     from .profile import NOT_LOADED, open_instrumented_llm
 
+    import time
+
     k = int(spec.k)
     kw = engine_kwargs(spec, model_dir, drafter_dir)
+    t0 = time.perf_counter()
     llm, steplog = open_instrumented_llm(spec, kw, "keep-one", record_dir)
+    t_load = time.perf_counter() - t0
     seed = int(spec.engine.get("seed", 42))
     # every dataset in one generate call: one engine step serves requests of all of them
     jobs, params = [], []
@@ -216,7 +222,9 @@ def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir:
             jobs.append((ds, str(rid), TokensPrompt(prompt_token_ids=[int(t) for t in p])))
             params.append(sp)
     before = read_counters(llm.get_metrics())
+    t0 = time.perf_counter()
     outs = llm.generate([j[2] for j in jobs], params, use_tqdm=False)
+    t_run = time.perf_counter() - t0
     delta = counter_delta(before, read_counters(llm.get_metrics()))
     recs = steplog.new()
     if not recs:
@@ -253,10 +261,12 @@ def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir:
         d["mean_acc_len"] = d.pop("acc_sum") / d["output_tokens"] if d["output_tokens"] else None
         print(f"{spec.exp} {spec.method} {ds}: {d}", file=log)
     summary: dict[str, Any] = {"method": spec.method, "k": k, "engine_steps": len(recs), "vllm_drafts": delta["num_drafts"],
-                               **stats, "datasets": per_ds}
+                               **stats, "datasets": per_ds, "load_s": t_load, "keep_one_s": t_run}
     print(f"{spec.exp} {spec.method}: {len(outs)} requests, {len(recs)} engine steps, {stats}", file=log)
     if check:
+        t0 = time.perf_counter()
         summary["counter_check"] = _counter_check(llm, steplog, spec, prompts, rpc_set_flags, log)
+        summary["check_s"] = time.perf_counter() - t0
     return records, summary
 
 
