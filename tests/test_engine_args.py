@@ -122,7 +122,10 @@ def _tiny_run(tmp_path: Path, tiny_target: Path, methods: list[dict]) -> dict:
     cfg = validated(REPO / "config" / "cpu.yaml")
     cfg["experiments"] = [{"name": "t", "model": "tiny-llama", "datasets": ["gsm8k"], "methods": methods,
                            "batch_sizes": [1], "num_requests": 1, "max_output_tokens": 8, "thinking": False}]
-    cfg["models"]["tiny-llama"]["drafters"]["mtp"] = {"label": "MTP", "builtin": True}
+    # the generic tiny Llama the fixture builds (cpu.yaml's own models are the stand-ins)
+    cfg["models"]["tiny-llama"] = {"label": "tiny Llama (random weights)", "tensor_parallel_size": 1,
+                                   "source": {"build": {"kind": "tiny-llama", "seed": 0}},
+                                   "drafters": {"mtp": {"label": "MTP", "builtin": True}}}
     cfg["engine"]["max_model_len"] = 256
     m = tmp_path / "resources" / "models" / "tiny-llama" / "manifest.json"
     m.parent.mkdir(parents=True)

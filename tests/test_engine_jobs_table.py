@@ -157,14 +157,14 @@ def test_a_failed_no_sd_job_leaves_its_trace_set_out_of_the_rerun(tmp_path):
     the rerun leaves the experiment's engine trace set out, so the report builds (and lists the failure)."""
     from conftest import run_snakemake
 
-    rec = tmp_path / "results/engine/tiny-llama/bench/none.json"
-    write_json(rec, {"exp": "tiny-llama", "config": "none", "status": "failed", "error": ERROR, "points": 4,
+    rec = tmp_path / "results/engine/standin-llama3.1-8b/bench/none.json"
+    write_json(rec, {"exp": "standin-llama3.1-8b", "config": "none", "status": "failed", "error": ERROR, "points": 4,
                      "failed": 4})
     proc = run_snakemake(["-n", "--configfile", str(REPO / "config" / "cpu.yaml"), "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert ("note: tiny-llama: its no-SD job finished no point (results/engine/tiny-llama/bench/none.json): its "
+    assert ("note: standin-llama3.1-8b: its no-SD job finished no point (results/engine/standin-llama3.1-8b/bench/none.json): its "
             "engine trace set is left out of this run") in proc.stderr
     out = proc.stdout
-    assert "engine-tiny-llama-selfdraft" in out and "engine-tiny-llama-thinking" in out
-    assert "figures/fig05_acceptance_heatmap-engine-tiny-llama.pdf" not in out
-    assert "results/engine/tiny-llama/traces/" not in out
+    assert "engine-standin-llama3-70b" in out and "engine-standin-qwen3-8b-thinking" in out
+    assert "figures/fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" not in out
+    assert "results/engine/standin-llama3.1-8b/traces/" not in out

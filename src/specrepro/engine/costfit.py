@@ -149,6 +149,13 @@ def steps_from_timings(steps: pd.DataFrame, *, batch_size: int, prompt_len: int,
     return out
 
 
+def prompt_vocab(model_vocab: int, tokenizer_len: int) -> int:
+    """Token ids a synthetic prompt may use: those of both the model and the tokenizer. Qwen3 and
+    GLM-4.5 pad their embeddings past the tokenizer, and vLLM 0.10.1.1 rejects a prompt id above the
+    tokenizer's largest ("Token id ... is out of vocabulary", v1/engine/processor.py)."""
+    return min(int(model_vocab), int(tokenizer_len))
+
+
 def profile_prompts(batch_size: int, prompt_len: int, vocab_size: int, offset: int = 0) -> list:
     """``batch_size`` token prompts of exactly ``prompt_len`` ids, all different (no prefix-cache
     hits between them); ids avoid 0-3 (special tokens of most tokenizers)."""
@@ -177,7 +184,7 @@ def profile_sweep(llm, steplog, *, batch_sizes: Sequence[int], prompt_lens: Sequ
     from .breakdown import step_table
     from .counters import counter_delta, read_counters
 
-    vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
+    vocab = prompt_vocab(llm.llm_engine.vllm_config.model_config.get_vocab_size(), len(llm.get_tokenizer()))
     sp = SamplingParams(**sweep_sampling_kwargs(max_tokens))
     if warmup:
         llm.generate(profile_prompts(max(batch_sizes), max(prompt_lens), vocab, offset=99), sp, use_tqdm=False)
