@@ -24,6 +24,27 @@ RELEASED_FACTS = {
 }
 
 
+needs_traces = pytest.mark.skipif(not SHARED_TRACES.exists(), reason=f"released traces not found at {SHARED_TRACES}")
+
+#: a cost model with round numbers, for hand-computed simulator cases
+ROUND_COST = """\
+name: round-numbers
+target: {c_kv: 0.001, c_compute: 0.01, c_fixed: 0.1}
+eagle: {d_kv: 0.0001, d_spec: 0.001, d_fixed: 0.01}
+ngram: {draft_fraction: 0.5}
+overhead_per_step: 1.0
+"""
+
+
+@pytest.fixture
+def round_cost(tmp_path):
+    from specrepro.costmodel import load_cost_model
+
+    path = tmp_path / "round.yaml"
+    path.write_text(ROUND_COST)
+    return load_cost_model(str(path))
+
+
 def released_trace(dataset: str) -> Path:
     path = SHARED_TRACES / f"combined_{dataset}.jsonl"
     if not path.exists():

@@ -7,7 +7,6 @@ import importlib.util
 import json
 import math
 import random
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -25,26 +24,9 @@ from specrepro.suffix import SuffixParams, propose, suffix_acc_len, with_suffix_
 from specrepro.today import choose_schedule, gap_table, schedule_doc, statements, to_ranges
 from specrepro.traces import TraceRecord, read_trace
 
-from conftest import REPO, SHARED_TRACES as TRACES
+from conftest import REPO, SHARED_TRACES as TRACES, needs_traces
 
 DATASETS = ("instructcoder", "sharegpt", "gsm8k", "cnn")
-needs_traces = pytest.mark.skipif(not TRACES.exists(), reason=f"released traces not found at {TRACES}")
-
-ROUND_COST = """\
-name: round-numbers
-target: {c_kv: 0.001, c_compute: 0.01, c_fixed: 0.1}
-eagle: {d_kv: 0.0001, d_spec: 0.001, d_fixed: 0.01}
-ngram: {draft_fraction: 0.5}
-overhead_per_step: 1.0
-"""
-
-
-@pytest.fixture
-def round_cost(tmp_path):
-    path = tmp_path / "round.yaml"
-    path.write_text(ROUND_COST)
-    return load_cost_model(str(path))
-
 
 def accepted(draft, truth) -> int:
     a = 0

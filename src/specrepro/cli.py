@@ -486,9 +486,9 @@ def _model_revision(m: dict) -> str:
     return m.get("revision") or f"{m.get('source', 'local')}:{tree_digest(m.get('files') or {})[:16]}"
 
 
-def _bench(sub) -> None:
-    p = sub.add_parser("bench", help="run (or resume) one engine configuration's sweep on vLLM")
-    p.add_argument("--spec", required=True, help="the configuration (JSON, written by the workflow)")
+def sweep_arguments(p, spec_help: str = "the configuration (JSON, written by the workflow)") -> None:
+    """The arguments every engine sweep verb takes (``bench``, ``sglang-bench``)."""
+    p.add_argument("--spec", required=True, help=spec_help)
     p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
     p.add_argument("--target-manifest", required=True)
     p.add_argument("--drafter-manifest")
@@ -496,6 +496,11 @@ def _bench(sub) -> None:
     p.add_argument("--repo", default=".", help="checkout whose git commit is recorded")
     p.add_argument("--retry-failed", action="store_true", help="rerun points recorded as failed")
     p.add_argument("-o", "--output", required=True, help="points table (Parquet); <output>.json gets the run's metadata")
+
+
+def _bench(sub) -> None:
+    p = sub.add_parser("bench", help="run (or resume) one engine configuration's sweep on vLLM")
+    sweep_arguments(p)
 
     def run(a):
         from .engine.args import BenchSpec

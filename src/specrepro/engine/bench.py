@@ -139,6 +139,30 @@ def _warmup(llm, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame]) -> None:
                  SamplingParams(**warmup_sampling_kwargs()), use_tqdm=False)
 
 
+def run_points(point_fn, engine, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], todo, done: dict,
+               base: Mapping[str, Any], start_error: str | None, ckpt: Path, log) -> None:
+    """Run the ``todo`` points with ``point_fn(engine, spec, table, ds, r, b)`` into ``done`` (vLLM and SGLang
+    sweeps alike): each finished point is appended to the checkpoint ``ckpt``; an engine error is that
+    point's result; with ``start_error`` every point is recorded as failed without running."""
+    progress = Progress(f"{spec.exp} {spec.label}", len(done) + len(todo), done=len(done), stream=log)
+    for ds, r, b in todo:
+        table = prompts[ds]
+        row = {**base, "dataset": ds, "request_index": r, "request_id": str(table.iloc[r]["request_id"]),
+               "batch_size": b, "pid": os.getpid()}
+        if start_error:
+            row.update(status="failed", error=f"engine did not start: {start_error}")
+            done[(ds, r, b)] = row
+            continue
+        try:
+            row.update(point_fn(engine, spec, table, ds, r, b))
+        except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
+            row.update(status="failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
+            print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
+        _append(ckpt, row)
+        done[(ds, r, b)] = row
+        progress.step(f"{ds} request {r} B={b}")
+
+
 def run_sweep(
     spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *, model_dir: str,
     drafter_dir: str | None = None, provenance: Mapping[str, Any] | None = None, retry_failed: bool = False,
@@ -178,23 +202,7 @@ def run_sweep(
             traceback.print_exc(file=log)
             print(f"{spec.exp} {spec.label}: the engine did not start: {start_error}", file=log)
             llm = None
-    progress = Progress(f"{spec.exp} {spec.label}", len(done) + len(todo), done=len(done), stream=log)
-    for ds, r, b in todo:
-        table = prompts[ds]
-        row = {**base, "dataset": ds, "request_index": r, "request_id": str(table.iloc[r]["request_id"]),
-               "batch_size": b, "pid": os.getpid()}
-        if start_error:
-            row.update(status="failed", error=f"engine did not start: {start_error}")
-            done[(ds, r, b)] = row
-            continue
-        try:
-            row.update(run_point(llm, spec, table, ds, r, b))
-        except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
-            row.update(status="failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
-            print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
-        _append(ckpt, row)
-        done[(ds, r, b)] = row
-        progress.step(f"{ds} request {r} B={b}")
+    run_points(run_point, llm, spec, prompts, todo, done, base, start_error, ckpt, log)
     df = points_table(done.values(), spec)
     write_parquet(output, df)
     meta = {**base, "load_s": t_load, "points": len(df), "failed": int((df["status"] != "ok").sum()),

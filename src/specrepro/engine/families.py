@@ -283,8 +283,10 @@ STANDINS: dict[str, Standin] = {s.kind: s for s in (
     Standin("eagle3-qwen3", "eagle3", "AngelSlim/Qwen3-8B_eagle3", None, dict(draft_vocab_size=256)),
 )}
 
-#: std of random matrices / RMS of embedding rows (as the tiny-llama kinds, see standins.py)
+#: std of the random matrices
 INIT_STD = 0.2
+#: embedding rows have exactly this RMS: small next to the layers' outputs, so that the residual
+#: stream is dominated by what the layers compute (lets the EAGLE heads imitate the target)
 EMBED_STD = 0.05
 #: output projections of the layers a drafter does not copy are scaled by this, so that the layer it
 #: copies dominates the target's prediction (a random 8-layer target is otherwise unpredictable)
@@ -501,7 +503,7 @@ def _layer_shapes(p: str, s: Mapping[str, int], *, bias=False, qk_norm=False, mo
     return out
 
 
-def _random(shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
+def random_weights(shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
     """Norm weights 1, biases 0, embedding rows of RMS EMBED_STD, other matrices N(0, INIT_STD); fixed order."""
     rng = np.random.default_rng(seed)
     out = {}
@@ -543,7 +545,7 @@ def _target_tensors(kind: str, s: Mapping[str, int], vocab: int, seed: int) -> d
         shapes.update(_layer_shapes(p, s, bias=True, moe=True))
         shapes.update({p + "enorm.weight": (h,), p + "hnorm.weight": (h,), p + "eh_proj.weight": (h, 2 * h),
                        p + "shared_head.norm.weight": (h,)})
-    t = _random(shapes, seed)
+    t = random_weights(shapes, seed)
     # drafts and EAGLE heads copy layer 0; the MTP block copies the last (MoE) layer
     if glm:
         _damp_layers(t, range(L - 1), GLM_DAMPED_LAYER_SCALE, copied=L - 1)
@@ -579,7 +581,7 @@ def _draft_tensors(s: Mapping[str, int], vocab: int, seed: int, base: Mapping[st
         shapes["lm_head.weight"] = (vocab, h)
     for i in range(s["num_layers"]):
         shapes.update(_layer_shapes(f"model.layers.{i}.", s, qk_norm=qk_norm))
-    t = _random(shapes, seed)
+    t = random_weights(shapes, seed)
     for name, shape in shapes.items():
         if name in base and tuple(base[name].shape) == shape:
             keep = name.endswith("norm.weight") or "embed_tokens" in name
@@ -606,7 +608,7 @@ def _eagle_tensors(tcfg: Mapping[str, Any], base: Mapping[str, np.ndarray], seed
         shapes = {"fc.weight": (h, 2 * h), "embed_tokens.weight": (V, h), p + "post_attention_layernorm.weight": (h,)}
         shapes.update(_attn_shapes(p, s))
     shapes.update(_mlp_shapes(p + "mlp.", h, s["intermediate_size"]))
-    rnd = _random(shapes, seed)
+    rnd = random_weights(shapes, seed)
     out = dict(rnd)
     for name, shape in shapes.items():
         if not name.startswith(p) or name.endswith("norm.weight"):

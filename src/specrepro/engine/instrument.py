@@ -124,6 +124,14 @@ _SCHED_READS = (
 
 _V1 = "vllm.v1.worker.gpu_model_runner"
 _RS = "vllm.v1.sample.rejection_sampler"
+# what the 0.10/0.11 and 0.32 model runners share: the batch, the drafts, the sampled tokens, the scheduler
+_V1_BATCH_READS = (
+    Read("vllm.v1.worker.gpu_input_batch", "InputBatch", "req_ids"),
+    Read("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata", "num_draft_tokens"),
+    Read("vllm.v1.outputs", "SamplerOutput", "sampled_token_ids"),
+    Read(_RS, None, "PLACEHOLDER_TOKEN_ID"),
+    *_SCHED_READS,
+)
 
 FAMILIES: tuple[Family, ...] = (
     Family(
@@ -141,11 +149,7 @@ FAMILIES: tuple[Family, ...] = (
         reads=(
             Read(_V1, "GPUModelRunner", "model"), Read(_V1, "GPUModelRunner", "input_batch"),
             Read(_V1, "GPUModelRunner", "device"),
-            Read("vllm.v1.worker.gpu_input_batch", "InputBatch", "req_ids"),
-            Read("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata", "num_draft_tokens"),
-            Read("vllm.v1.outputs", "SamplerOutput", "sampled_token_ids"),
-            Read(_RS, None, "PLACEHOLDER_TOKEN_ID"),
-            *_SCHED_READS,
+            *_V1_BATCH_READS,
         ),
     ),
     Family(
@@ -161,11 +165,7 @@ FAMILIES: tuple[Family, ...] = (
         ),
         reads=(
             Read(_V1, "GPUModelRunner", "input_batch"), Read(_V1, "GPUModelRunner", "device"),
-            Read("vllm.v1.worker.gpu_input_batch", "InputBatch", "req_ids"),
-            Read("vllm.v1.spec_decode.metadata", "SpecDecodeMetadata", "num_draft_tokens"),
-            Read("vllm.v1.outputs", "SamplerOutput", "sampled_token_ids"),
-            Read(_RS, None, "PLACEHOLDER_TOKEN_ID"),
-            *_SCHED_READS,
+            *_V1_BATCH_READS,
         ),
     ),
     Family(

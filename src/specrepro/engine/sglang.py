@@ -54,9 +54,8 @@ import pandas as pd
 
 from ..io import SpecReproError, write_json, write_parquet
 from .args import BenchSpec, error_line
-from .bench import KEY, _append, batch_prompts, plan_points, points_table, read_checkpoint
+from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points
 from .counters import counter_problems
-from .progress import Progress
 from .trees import SGLANG_ALGORITHM, TreeShape, sglang_spec_args
 
 SGLANG_VERSION = "0.5.9"
@@ -361,24 +360,8 @@ def run_sweep(
             _kill_children()
     if todo and "device" not in base:
         base["device"] = gpu_name()
-    progress = Progress(f"{spec.exp} {spec.label}", len(done) + len(todo), done=len(done), stream=log)
     try:
-        for ds, r, b in todo:
-            table = prompts[ds]
-            row = {**base, "dataset": ds, "request_index": r, "request_id": str(table.iloc[r]["request_id"]),
-                   "batch_size": b, "pid": os.getpid()}
-            if start_error:
-                row.update(status="failed", error=f"engine did not start: {start_error}")
-                done[(ds, r, b)] = row
-                continue
-            try:
-                row.update(run_point(engine, spec, table, ds, r, b))
-            except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
-                row.update(status="failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
-                print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
-            _append(ckpt, row)
-            done[(ds, r, b)] = row
-            progress.step(f"{ds} request {r} B={b}")
+        run_points(run_point, engine, spec, prompts, todo, done, base, start_error, ckpt, log)
     finally:
         if own and engine is not None:
             engine.shutdown()
@@ -402,15 +385,10 @@ def run_sweep(
 def add_cli(sub) -> None:
     """``specrepro sglang-bench``: one configuration's sweep on SGLang (GPU, sglang image)."""
     p = sub.add_parser("sglang-bench", help="run (or resume) one engine configuration's sweep on SGLang")
-    p.add_argument("--spec", required=True, help="the configuration (JSON, written by the workflow; as for bench)")
+    from ..cli import sweep_arguments
+
+    sweep_arguments(p, "the configuration (JSON, written by the workflow; as for bench)")
     p.add_argument("--sglang", default="{}", help="the config's sglang section (JSON)")
-    p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
-    p.add_argument("--target-manifest", required=True)
-    p.add_argument("--drafter-manifest")
-    p.add_argument("--config-hash", default="")
-    p.add_argument("--repo", default=".", help="checkout whose git commit is recorded")
-    p.add_argument("--retry-failed", action="store_true", help="rerun points recorded as failed")
-    p.add_argument("-o", "--output", required=True, help="points table (Parquet); <output>.json gets the run's metadata")
     p.set_defaults(func=_run)
 
 

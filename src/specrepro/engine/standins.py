@@ -41,7 +41,7 @@ import numpy as np
 
 from ..io import SpecReproError, dumps_json, write_json
 
-from .families import SIZE_KEYS, STANDINS, build_standin
+from .families import EMBED_STD, INIT_STD, SIZE_KEYS, STANDINS, build_standin, random_weights
 
 #: the generic tiny kinds (tests, the self-draft check) and the stand-ins shaped like the paper's models
 KINDS = ("tiny-llama", "tiny-eagle", "tiny-eagle3", "copy-of-target") + tuple(STANDINS)
@@ -70,11 +70,6 @@ DEFAULT_SIZES = {
     "vocab_size": 1024,
     "max_position_embeddings": 2048,
 }
-#: std of the random matrices and of the embeddings
-INIT_STD = 0.2
-#: embedding rows have exactly this RMS: small next to the layers' outputs, so that the residual
-#: stream is dominated by what the layers compute (lets the EAGLE heads imitate the target)
-EMBED_STD = 0.05
 ROPE_THETA = 10000.0
 RMS_EPS = 1e-5
 #: EAGLE heads: weight of the random part next to the layer-skip part (see _eagle_weights)
@@ -252,24 +247,6 @@ def _layer_shapes(prefix: str, s: Mapping[str, int], attn_in: int | None = None,
     return shapes
 
 
-def _random(shapes: Mapping[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarray]:
-    """Norm weights 1, embeddings N(0, EMBED_STD), other matrices N(0, INIT_STD); fixed order."""
-    rng = np.random.default_rng(seed)
-    out = {}
-    for name in sorted(shapes):
-        shape = shapes[name]
-        if name.endswith("norm.weight"):
-            out[name] = np.ones(shape, dtype=np.float32)
-        else:
-            x = rng.standard_normal(shape)
-            if "embed_tokens" in name:
-                x = x / np.sqrt((x ** 2).mean(axis=-1, keepdims=True)) * EMBED_STD
-            else:
-                x = x * INIT_STD
-            out[name] = x.astype(np.float32)
-    return out
-
-
 def _save(out: Path, tensors: Mapping[str, np.ndarray], config: dict) -> None:
     from safetensors.numpy import save_file
 
@@ -329,7 +306,7 @@ def _build_llama(out: Path, seed: int, corpus: Sequence[str | os.PathLike], targ
               "lm_head.weight": (vocab, s["hidden_size"])}
     for i in range(s["num_layers"]):
         shapes.update(_layer_shapes(f"model.layers.{i}.", s))
-    tensors = _random(shapes, seed)
+    tensors = random_weights(shapes, seed)
     if target_dir is None:
         # later layers make smaller updates, so that a layer-skip draft agrees with the target often
         for name in tensors:
@@ -349,7 +326,7 @@ def _eagle_weights(shapes: Mapping[str, tuple[int, ...]], seed: int, base: Mappi
     """Random head weights mixed with the target's layer 0, so that the head's guesses are right
     some of the time: ``fc`` mostly passes the token embedding through (EAGLE-1) and the decoder
     layer is the target's first layer plus a small random part."""
-    rng_w = _random(shapes, seed)
+    rng_w = random_weights(shapes, seed)
     out = dict(rng_w)
     prefix = "midlayer." if eagle3 else "layers.0."
     for name, shape in shapes.items():

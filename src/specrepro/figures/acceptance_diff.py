@@ -42,10 +42,10 @@ def build(args, ctx: TraceContext) -> None:
     cmap = plt.get_cmap("bwr_r").copy()
     cmap.set_bad("white")
     datasets = list(ctx.datasets)
-    fig, axes = plt.subplots(1, len(datasets), figsize=(style.FULL_WIDTH, 1.9), squeeze=False, constrained_layout=True)
+    fig, axes = style.dataset_row(len(datasets), 1.9)
     image = None
     for j, ds in enumerate(datasets):
-        ax = axes[0][j]
+        ax = axes[j]
         rows = length_order(requests, ds)
         diff = position_matrix(positions, ds, first, rows, max_pos) - position_matrix(positions, ds, second, rows, max_pos)
         image = ax.imshow(diff, aspect="auto", cmap=cmap, vmin=-vmax, vmax=vmax, interpolation="nearest",
@@ -54,6 +54,6 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_xlabel("Generated token position")
         if j == 0:
             ax.set_ylabel("Request (by length)")
-    cb = fig.colorbar(image, ax=list(axes[0]), fraction=0.025, pad=0.01)
+    cb = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.01)
     cb.set_label(f"{ctx.proposer_label(first)} $-$ {ctx.proposer_label(second)} (tokens)")
     style.save_pdf(fig, args.output)

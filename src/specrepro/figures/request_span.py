@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import numpy as np
 
 from . import FigureSpec, TraceContext
@@ -37,9 +36,9 @@ def build(args, ctx: TraceContext) -> None:
     rm = request_means(load_concat(args.positions))
     datasets = list(ctx.datasets)
     proposers = list(ctx.proposers)
-    fig, axes = plt.subplots(1, len(datasets), figsize=(style.FULL_WIDTH, 1.9), squeeze=False, constrained_layout=True)
+    fig, axes = style.dataset_row(len(datasets), 1.9)
     for j, ds in enumerate(datasets):
-        ax = axes[0][j]
+        ax = axes[j]
         data = [rm[(rm["dataset"] == ds) & (rm["proposer"] == p)]["mean_acc_len"].to_numpy() for p in proposers]
         positions = np.arange(len(proposers))
         # the percentiles themselves (as the claims' metrics compute them), not boxplot()'s whiskers, which

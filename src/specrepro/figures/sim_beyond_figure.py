@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
@@ -45,10 +44,9 @@ def build(args, ctx: TraceContext) -> None:
     style.apply()
     t = comparison(load_summaries(args.summaries), ctx.datasets)
     datasets = [d for d in ctx.datasets if d in set(t["dataset"])]
-    fig, axes = plt.subplots(1, len(datasets), figsize=(style.FULL_WIDTH, 2.4), squeeze=False,
-                             constrained_layout=True)
+    fig, axes = style.dataset_row(len(datasets), 2.4)
     for j, ds in enumerate(datasets):
-        ax = axes[0][j]
+        ax = axes[j]
         for key, (color, ls, marker, label) in LINES.items():
             s = t[(t["dataset"] == ds) & (t["row"] == key)].sort_values("batch_size")
             if len(s):
@@ -59,6 +57,6 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncol=4, frameon=False)
     style.save_pdf(fig, args.output)

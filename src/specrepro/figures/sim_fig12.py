@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
@@ -39,10 +38,9 @@ def build(args, ctx: TraceContext) -> None:
     df = load_summaries(args.summaries)
     paper = paper_values(args.claims, ctx.subject)
     datasets = list(ctx.datasets)
-    fig, axes = plt.subplots(1, len(datasets), figsize=(style.FULL_WIDTH, 2.4), squeeze=False,
-                             constrained_layout=True)
+    fig, axes = style.dataset_row(len(datasets), 2.4)
     for j, ds in enumerate(datasets):
-        ax = axes[0][j]
+        ax = axes[j]
         for prop in ("ngram", "eagle"):
             plabel, color = PROPOSER_STYLE[prop]
             for pol in ("fixed-1", "fixed-3", "fixed-5", "oracle"):
@@ -66,6 +64,6 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside upper center", ncol=6, frameon=False)
     style.save_pdf(fig, args.output)

@@ -55,6 +55,12 @@ def method_color(key: str) -> str:
     return METHOD_COLORS.get(key, "#555555")
 
 
+def dataset_row(n: int, height: float):
+    """A full-width figure with one panel per dataset: ``(fig, axes)`` with ``axes`` a list of ``n``."""
+    fig, axes = plt.subplots(1, n, figsize=(FULL_WIDTH, height), squeeze=False, constrained_layout=True)
+    return fig, list(axes[0])
+
+
 def apply() -> None:
     """Set the shared rcParams (idempotent)."""
     plt.rcParams.update(RC)
