@@ -636,7 +636,8 @@ VERBS = (
 )
 
 #: modules that add their own verbs (``add_cli(sub)``)
-PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory")
+PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
+                "engine.from_gguf", "engine.drafters")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -388,7 +388,7 @@ def bench_spec(wc, profile=False):
         "datasets": {d: max_output(wc.exp, d) for d in datasets},
         "batch_sizes": list(prof["batch_sizes"] if profile else e["batch_sizes"]),
         "num_requests": int(prof["num_requests"] if profile else e.get("num_requests") or 10**9),
-        "engine": ENGINE,
+        "engine": exp_engine(wc.exp),
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": {k: v for k, v in drafter_of(wc.exp, job["method"]).items() if k in ("method_name", "max_model_len")},
         "batching": ENGINE.get("batching", "replicate"),
@@ -513,6 +513,8 @@ def engine_targets():
         names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
+    if TREND_EXPERIMENTS:
+        names.append("tab_trends.tex")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
 
 
@@ -538,3 +540,53 @@ def build_target_manifest(wc):
     """A built drafter needs its target (tokenizer, hidden size); a built target needs nothing."""
     model, _, method = wc.name.partition("/drafters/")
     return [model_manifest(model)] if method else []
+
+
+# --- models from packages and drafters the pipeline trains (workflow/rules/models.smk) ----------
+
+def _sources_of(key):
+    out = {}
+    for m, d in used_models():
+        src = model_source(model_name(m, d))
+        if key in src:
+            out[model_name(m, d)] = src[key]
+    return out
+
+
+PACKAGE_MODELS = _sources_of("package")
+TRAIN_MODELS = _sources_of("train")
+# targets whose drafters are trained: their training outputs and hidden states are computed once
+TRAIN_TARGETS = sorted({n.partition("/drafters/")[0] for n in TRAIN_MODELS})
+
+
+def train_data_file(model):
+    return f"resources/models/{model}/train/outputs.parquet"
+
+
+def train_engine(model):
+    """Engine settings (JSON) of the training-data jobs: the engine section with the train_data's dtype."""
+    td = config["models"][model].get("train_data") or {}
+    return json.dumps({**ENGINE, "dtype": td.get("dtype", "bfloat16")}, sort_keys=True)
+
+
+def exp_engine(exp):
+    """The engine section with the experiment's own settings over it (dtype, n-gram lookup)."""
+    own = EXPERIMENTS[exp].get("engine") or {}
+    merged = dict(ENGINE, **{k: v for k, v in own.items() if k != "ngram"})
+    merged["ngram"] = dict(ENGINE.get("ngram") or {}, **(own.get("ngram") or {}))
+    return merged
+
+
+# Experiments in the trend-check table (tab_trends): which of the paper's findings a CPU stand-in shows.
+TREND_EXPERIMENTS = [x for x, e in EXPERIMENTS.items() if e.get("trend_checks")]
+
+
+def trend_drafters():
+    """Manifests of the trained drafters of the trend-check experiments (their training records)."""
+    out = []
+    for x in TREND_EXPERIMENTS:
+        m = EXPERIMENTS[x]["model"]
+        for meth in {c["method"] for c in exp_configs(x).values()}:
+            if "train" in (drafter_of(x, meth).get("source") or {}):
+                out.append(model_manifest(m, meth))
+    return sorted(set(out))

@@ -126,7 +126,7 @@ rule engine_trace:
         "results/engine/{exp}/traces/{method}/{dataset}.jsonl",
     params:
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter[0]!r}" if input.drafter else "",
-        ngram=f"--min-n {ENGINE['ngram']['prompt_lookup_min']} --max-n {ENGINE['ngram']['prompt_lookup_max']}",
+        ngram=lambda wc: f"--min-n {exp_engine(wc.exp)['ngram']['prompt_lookup_min']} --max-n {exp_engine(wc.exp)['ngram']['prompt_lookup_max']}",
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
         method=name_regex(TRACEABLE),
@@ -328,3 +328,29 @@ rule fig09_engine_bleu:
     shell:
         "specrepro figure fig09_engine_bleu --run-config {input.config} --subject engine --bleu {input.bleu}"
         " --edges {params.edges} --csv {output.csv} -o {output.pdf} 2> {log}"
+
+
+rule tab_trends:
+    """Which of the paper's qualitative findings a CPU stand-in shows (trend_checks experiments), with the numbers."""
+    input:
+        config=RUN_CONFIG,
+        points=[f"results/engine/{x}/bench/{c}.parquet" for (x, c) in ENGINE_JOBS if x in TREND_EXPERIMENTS],
+        breakdown=[f"results/engine/{x}/profile/{c}.breakdown.csv" for x, c in PROFILE_JOBS if x in TREND_EXPERIMENTS],
+        acceptance=f"results/metrics/acceptance-{RELEASED['name']}.json",
+        drafters=trend_drafters(),
+    output:
+        tex="figures/tab_trends-engine.tex",
+        csv="figures/tab_trends-engine.csv",
+        json="results/engine/trends.json",
+    params:
+        released=RELEASED["name"],
+        breakdown=lambda wc, input: " ".join(repr(p) for p in input.breakdown),
+        drafters=lambda wc, input: " ".join(repr(p) for p in input.drafters),
+    log:
+        "logs/figures/tab_trends-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_trends --run-config {input.config} --subject engine --points {input.points:q}"
+        " --breakdown {params.breakdown} --acceptance-metrics {input.acceptance} --released {params.released}"
+        " --drafters {params.drafters} --csv {output.csv} --json {output.json} -o {output.tex} 2> {log}"

@@ -34,6 +34,7 @@ MODULES = (
     "engine_breakdown",
     "engine_memory",
     "engine_costfit",
+    "engine_trends",
 )
 
 
