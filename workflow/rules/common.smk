@@ -491,7 +491,7 @@ for _x in EXPERIMENTS:
     if _methods:
         _ds = [d for d in EXPERIMENTS[_x]["datasets"] if d in exp_configs(_x)["none"]["datasets"]]
         TRACE_SETS[f"engine-{_x}"] = {
-            "label": f"{_x} engine run ({RUN['kind'].upper()})",
+            "label": EXPERIMENTS[_x].get("label") or f"{_x} engine run ({RUN['kind'].upper()})",
             "origin": "engine",
             "model": EXPERIMENTS[_x]["model"],
             "hardware": RUN["kind"],

@@ -258,7 +258,7 @@ def _positions(P: int, N: int) -> tuple[int, int]:
 
 
 def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray], *, seed: int, epochs: int, lr: float,
-                noise: float = 0.2, ce_weight: float = 0.1, ce_positions: int = 16, log=None) -> tuple[Any, Any, dict]:
+                noise: float = 0.2, ce_weight: float = 0.5, ce_positions: int = 32, log=None) -> tuple[Any, Any, dict]:
     """(untrained head, trained head, training record) for the rows of ``df`` with split ``train``."""
     import torch
     import torch.nn.functional as F
@@ -316,7 +316,7 @@ def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
             opt.step()
             sched.step()
-            ep_loss.append(float(loss))
+            ep_loss.append(loss.item())
         losses.append(float(np.mean(ep_loss)) if ep_loss else None)
         if log:
             print(f"eagle epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t0:.1f} s)", file=log, flush=True)
@@ -377,7 +377,7 @@ def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            ep_loss.append(float(loss))
+            ep_loss.append(loss.item())
         losses.append(float(np.mean(ep_loss)) if ep_loss else None)
         if log:
             print(f"draft epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t0:.1f} s)", file=log, flush=True)

@@ -1,0 +1,115 @@
+"""Drafters trained by the pipeline: the files they write are read by the trace code (whose rule is
+checked against vLLM's counters) exactly as the training module computed them; split and config checks."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specrepro.config import config_problems
+from specrepro.engine import drafters as D
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random Llama target, four sequences and its normed hidden states (teacher forced)."""
+    torch = pytest.importorskip("torch")
+    from specrepro.engine.standins import build_model
+    from specrepro.engine.traces import _Model, llama_forward
+
+    out = tmp_path_factory.mktemp("tiny") / "target"
+    build_model("tiny-llama", out, seed=0, corpus=[REPO / "config" / "prompts" / "cnn.jsonl"])
+    rng = np.random.default_rng(0)
+    V = _Model(out).config["vocab_size"]
+    rows = []
+    for i in range(4):
+        rows.append({"request_id": f"r{i}", "workload": "w", "split": "heldout" if i == 3 else "train",
+                     "prompt_token_ids": rng.integers(4, V, 7).tolist(), "output_token_ids": rng.integers(4, V, 12).tolist()})
+    df = pd.DataFrame(rows)
+    m = _Model(out)
+    with torch.inference_mode():
+        states = [llama_forward(m, s)[1].numpy() for s in D.sequences(df)]
+    return out, df, states
+
+
+def test_heldout_split_is_stratified_and_seeded():
+    w = ["a"] * 5 + ["b"] * 10 + ["c"]
+    s = D.heldout_split(w, 0.2, seed=3)
+    assert s == D.heldout_split(w, 0.2, seed=3)
+    assert [sum(1 for x, y in zip(w, s) if x == k and y == "heldout") for k in "abc"] == [1, 2, 0]
+
+
+def test_eagle_head_file_drafts_what_the_training_module_computes(tiny, tmp_path):
+    import torch
+
+    from specrepro.engine.traces import _EagleHead, _Model
+
+    target, df, states = tiny
+    untrained, trained, rec = D.train_eagle(str(target), df, states, seed=0, epochs=1, lr=1e-3)
+    assert rec["train_sequences"] == 3 and rec["epoch_loss"][0] > 0
+    assert any(not torch.equal(untrained[k], trained[k]) for k in trained)
+    D.write_eagle(tmp_path / "head", trained, str(target))
+    _, w = D._load_target(str(target))
+    EagleHead, _ = D._Torch.modules()
+    cfg = D._hf_config(_Model(target).config, 1)
+    mod = EagleHead(cfg, w["model.embed_tokens.weight"])
+    mod.load_state_dict(trained, strict=False)
+    head = _EagleHead(_Model(tmp_path / "head"), _Model(target), eagle3=False)
+    with torch.inference_mode():
+        for i in range(len(df)):
+            p = np.asarray(df["prompt_token_ids"][i])
+            o = np.asarray(df["output_token_ids"][i])
+            s, h = D.sequences(df)[i], torch.as_tensor(states[i])
+            drafts = head.drafts(p, o, 1, hidden=h[:-1])[:, 0]
+            f = mod(torch.as_tensor(s[1:]), h[:-1])
+            want = torch.nn.functional.linear(f, w["lm_head.weight"]).argmax(-1).numpy()[np.arange(len(o)) + len(p) - 2]
+            assert np.array_equal(drafts, want)
+
+
+def test_draft_model_file_computes_what_the_training_module_computes(tiny, tmp_path):
+    import torch
+
+    from specrepro.engine.traces import _Model, llama_forward
+
+    target, df, states = tiny
+    _, trained, rec = D.train_draft(str(target), df, states, layers=[1], seed=0, epochs=1, lr=1e-3)
+    assert "target layers [1]" in rec["init"]
+    _, w = D._load_target(str(target))
+    D.write_draft(tmp_path / "draft", trained, str(target), w["model.embed_tokens.weight"])
+    _, Shallow = D._Torch.modules()
+    mod = Shallow(D._hf_config(_Model(target).config, 1), w["model.embed_tokens.weight"])
+    mod.load_state_dict(trained, strict=False)
+    s = D.sequences(df)[0]
+    with torch.inference_mode():
+        logits, _, _ = llama_forward(_Model(tmp_path / "draft"), s)
+        want = torch.nn.functional.linear(mod(torch.as_tensor(s)), w["lm_head.weight"])
+    assert torch.allclose(logits, want, atol=1e-4)
+
+
+def test_bad_draft_layers_are_one_line(tiny):
+    target, df, states = tiny
+    with pytest.raises(Exception, match="each must be a layer of the target"):
+        D.train_draft(str(target), df, states, layers=[7], seed=0, epochs=0, lr=1e-3)
+
+
+def _cpu_config():
+    import yaml
+
+    return yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+
+
+def test_trained_drafters_need_train_data_and_matching_kind():
+    cfg = _cpu_config()
+    assert not [p for p in config_problems(cfg) if "train" in p]
+    bad = copy.deepcopy(cfg)
+    del bad["models"]["smollm2-135m"]["train_data"]
+    assert any("has no train_data" in p for p in config_problems(bad))
+    bad = copy.deepcopy(cfg)
+    bad["models"]["smollm2-135m"]["drafters"]["eagle"]["source"]["train"]["kind"] = "draft_model"
+    assert any(p.startswith("config error: models.smollm2-135m.drafters.eagle.source.train.kind") for p in config_problems(bad))
