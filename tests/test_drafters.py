@@ -81,7 +81,7 @@ def test_draft_model_file_computes_what_the_training_module_computes(tiny, tmp_p
     _, trained, rec = D.train_draft(str(target), df, states, layers=[1], seed=0, epochs=1, lr=1e-3)
     assert "target layers [1]" in rec["init"]
     _, w = D._load_target(str(target))
-    D.write_draft(tmp_path / "draft", trained, str(target), w["model.embed_tokens.weight"])
+    D.write_draft(tmp_path / "draft", trained, str(target), w["model.embed_tokens.weight"], w["lm_head.weight"])
     _, Shallow = D._Torch.modules()
     mod = Shallow(D._hf_config(_Model(target).config, 1), w["model.embed_tokens.weight"])
     mod.load_state_dict(trained, strict=False)

@@ -258,7 +258,7 @@ def _positions(P: int, N: int) -> tuple[int, int]:
 
 
 def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray], *, seed: int, epochs: int, lr: float,
-                noise: float = 0.2, ce_weight: float = 0.5, ce_positions: int = 32, log=None) -> tuple[Any, Any, dict]:
+                noise: float = 0.2, ce_weight: float = 0.1, ce_positions: int = 16, log=None) -> tuple[Any, Any, dict]:
     """(untrained head, trained head, training record) for the rows of ``df`` with split ``train``."""
     import torch
     import torch.nn.functional as F
@@ -414,11 +414,15 @@ def write_eagle(out: Path, state: Mapping[str, Any], target_dir: str) -> None:
     _save_dir(out, tensors, cfg, target_dir)
 
 
-def write_draft(out: Path, state: Mapping[str, Any], target_dir: str, embed) -> None:
-    """A LlamaForCausalLM directory (tied embeddings: the target's, stored)."""
+def write_draft(out: Path, state: Mapping[str, Any], target_dir: str, embed, lm_head=None) -> None:
+    """A LlamaForCausalLM directory with the target's embeddings (and its LM head when not tied)."""
     cfg = json.loads((Path(target_dir) / "config.json").read_text(encoding="utf-8"))
     n = len({k.split(".")[1] for k in state if k.startswith("layers.")})
     tensors = {"model.embed_tokens.weight": embed, "model.norm.weight": state["norm.weight"]}
+    if not cfg.get("tie_word_embeddings", False):
+        if lm_head is None:
+            raise SpecReproError(f"{target_dir}: the target's LM head is not tied to its embeddings: pass it")
+        tensors["lm_head.weight"] = lm_head
     tensors.update({"model." + k: v for k, v in state.items() if k.startswith("layers.")})
     cfg = dict(cfg, num_hidden_layers=n)
     _save_dir(out, tensors, cfg, target_dir)
@@ -525,7 +529,7 @@ def run_train(a: argparse.Namespace) -> None:
             if a.kind == "eagle":
                 write_eagle(d, state, target)
             else:
-                write_draft(d, state, target, w["model.embed_tokens.weight"])
+                write_draft(d, state, target, w["model.embed_tokens.weight"], w["lm_head.weight"])
             record[f"heldout_{'trained' if name == 'model' else 'untrained'}"] = heldout_acceptance(a.kind, d, target, df, states)
         print(f"held-out acceptance length (k={EVAL_K}): untrained {record['heldout_untrained']['mean_acceptance_length']:.3f},"
               f" trained {record['heldout_trained']['mean_acceptance_length']:.3f}", file=sys.stderr)
