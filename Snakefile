@@ -6,7 +6,8 @@
 #
 # Stages, one file each under workflow/rules/: common (config), containers (images, preflight),
 # inputs (models, datasets, manifest), models (tiny builds), traces, acceptance, simulator,
-# engine (vLLM runs and their figures), report.
+# engine (vLLM runs and their figures), tree (Fig. 2: tree vs chain on SGLang and vLLM), digitise (the paper's
+# figure images read independently), sizing (the quick GPU run's sizing rule checked on the released traces), report.
 
 from snakemake.utils import min_version
 
@@ -21,6 +22,9 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/simulator.smk"
 include: "workflow/rules/engine.smk"
+include: "workflow/rules/digitise.smk"
+include: "workflow/rules/tree.smk"
+include: "workflow/rules/sizing.smk"
 include: "workflow/rules/report.smk"
 
 

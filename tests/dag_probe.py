@@ -1,4 +1,4 @@
-"""Print every job of a workflow's DAG as JSON (rule, container, inputs, resources), for tests.
+"""Print every job of a workflow's DAG as JSON (rule, container, inputs, outputs, logs, params, resources).
 
     python tests/dag_probe.py REPO CONFIGFILE CACHE_DIR [--apptainer] [TARGET ...]
 
@@ -39,6 +39,10 @@ def main(argv):
                 "rule": job.rule.name,
                 "container": job.container_img_url,
                 "input": [str(f) for f in job.input],
+                "output": [str(f) for f in job.output],
+                "log": [str(f) for f in job.log],
+                "params": {k: v for k, v in job.params.items() if isinstance(v, (int, float, str))},
+                "shell": job.rule.shellcmd or "",
                 "resources": {k: v for k, v in res.items() if isinstance(v, (int, float, str))},
             })
     print(json.dumps(sorted(jobs, key=lambda j: (j["rule"], j["input"])), indent=1))

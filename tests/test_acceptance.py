@@ -71,3 +71,28 @@ def test_metrics_keys(tiny):
     assert m["traces.toy-set.toy.ngram.request_mean.p50"] == pytest.approx((9 / 4 + 2) / 2)
     assert m["traces.toy-set.toy.eagle.wins"] == pytest.approx(2 / 6)
     assert list(m) == sorted(m)
+
+
+def test_intervals_resample_whole_requests(tiny):
+    from specrepro.uncertainty import bootstrap_pooled_ratio_ci
+
+    st = acceptance.acceptance_stats(tiny, ["ngram", "eagle"]).set_index("proposer")
+    # n-gram: request a sums 9 over 4 positions, b 6 over 3: a resample is a, b or both
+    iv = bootstrap_pooled_ratio_ci([9, 6], [4, 3])
+    assert (st.loc["ngram", "mean_ci_low"], st.loc["ngram", "mean_ci_high"]) == pytest.approx((iv.low, iv.high))
+    assert (st.loc["ngram", "mean_ci_low"], st.loc["ngram", "mean_ci_high"]) == pytest.approx((2.0, 9 / 4))
+    for q in acceptance.STATS_WITH_CI:
+        assert (st[f"{q}_ci_low"] <= st[q] + 1e-12).all() and (st[q] <= st[f"{q}_ci_high"] + 1e-12).all()
+    m = acceptance.metrics(tiny, acceptance.acceptance_stats(tiny, ["ngram", "eagle"]), "toy-set")
+    key = "traces.toy-set.toy.ngram.mean"
+    assert m[f"{key}.n"] == 2 and m[f"{key}.ci_low"] == pytest.approx(2.0)
+    assert "traces.toy-set.toy.ngram.request_mean.p50.ci_high" in m
+
+
+def test_percentile_intervals_on_released_traces():
+    path = released_trace("gsm8k")
+    _, positions = load_tables(path, "gsm8k")
+    got = acceptance.request_mean_percentiles(positions).set_index("proposer")
+    for p in acceptance.BOX_PERCENTILES:
+        assert (got[f"p{p}_ci_low"] < got[f"p{p}"]).all() and (got[f"p{p}"] < got[f"p{p}_ci_high"]).all()
+    assert (got["n"] == 300).all()

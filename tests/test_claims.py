@@ -7,7 +7,10 @@ import math
 import pytest
 import yaml
 
-from specrepro.claims import NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, evaluate, load_claims, load_metrics
+from specrepro.claims import (
+    CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, Claim, decisive_half_width, evaluate, load_claims,
+    load_metrics, status_from_interval,
+)
 from specrepro.io import SpecReproError, write_json
 
 from conftest import REPO
@@ -26,7 +29,9 @@ def test_registry_loads_and_is_consistent():
     assert by_id["F1-llama3.1-8b-gsm8k-eagle-k3-b128"].value == 1.21
     assert by_id["M-qwen3-draft-kv"].value == 1.77
     for c in claims:
-        assert c.source and c.unit and c.tolerance(c.value) > 0
+        assert c.source and c.unit
+        assert c.kind != "value" or c.tolerance(c.value) > 0
+        assert c.kind == "ordering" or c.value is not None
 
 
 def write_registry(tmp_path, entries):
@@ -64,6 +69,14 @@ def test_statuses(tmp_path):
     ({**BASE, "id": "a", "value": "2", "tolerance": {"abs": 0.1}, "evidence": "trace", "measured_by": "m"}, "value must be a number"),
     ({**BASE, "id": "a", "value": 2, "tolerance": {"pct": 1}, "evidence": "trace", "measured_by": "m"}, "tolerance must be"),
     ({**BASE, "id": "a", "value": 2, "tolerance": {"abs": 1}, "evidence": "guess", "measured_by": "m"}, "evidence 'guess'"),
+    ({**BASE, "id": "a", "value": 2, "evidence": "trace", "measured_by": "m"}, "value claim needs one"),
+    ({**BASE, "id": "a", "kind": "between", "value": 2, "evidence": "trace", "measured_by": "m"}, "kind 'between'"),
+    ({**BASE, "id": "a", "kind": "below-one", "value": 0.9, "tolerance": {"rel": 0.1}, "evidence": "engine",
+      "measured_by": "m"}, "takes no tolerance"),
+    ({**BASE, "id": "a", "kind": "ordering", "evidence": "engine", "measured_by": "m"}, "needs 'than'"),
+    ({**BASE, "id": "a", "kind": "upper", "evidence": "engine", "measured_by": "m"}, "missing 'value'"),
+    ({**BASE, "id": "a", "value": 1, "tolerance": {"abs": 1}, "than": "x", "evidence": "engine", "measured_by": "m"},
+     "ordering claims only"),
 ])
 def test_malformed_registry(tmp_path, entry, message):
     with pytest.raises(SpecReproError, match=message):
@@ -75,3 +88,210 @@ def test_metric_defined_twice_is_an_error(tmp_path):
     write_json(tmp_path / "b.json", {"k": 2.0})
     with pytest.raises(SpecReproError, match="also defined"):
         load_metrics([tmp_path / "a.json", tmp_path / "b.json"])
+
+
+# --- kinds and interval-based statuses -------------------------------------------------------------
+
+
+def claim(kind="value", value=2.0, abs_=None, rel=None, **kw):
+    return Claim(id="c", group="g", statement="s", value=value, unit="x", source="src", tolerance_abs=abs_,
+                 tolerance_rel=rel, evidence=kw.pop("evidence", "trace"), measured_by="m.a", kind=kind, **kw)
+
+
+@pytest.mark.parametrize("low, high, status", [
+    (1.95, 2.05, REPRODUCED),        # inside the band [1.9, 2.1]
+    (1.85, 2.05, CONSISTENT),        # overlaps the band and the outside
+    (2.15, 2.30, NOT_REPRODUCED),    # disjoint, above
+    (1.50, 1.85, NOT_REPRODUCED),    # disjoint, below
+    (1.80, 2.20, CONSISTENT),        # holds the whole band: too wide to tell
+])
+def test_value_claim(low, high, status):
+    c = claim(abs_=0.1)
+    assert status_from_interval(c, (low + high) / 2, low, high) == status
+
+
+def test_value_claim_without_an_interval_uses_the_point():
+    c = claim(abs_=0.1)
+    assert status_from_interval(c, 2.1) == REPRODUCED  # on the edge
+    assert status_from_interval(c, 2.11) == NOT_REPRODUCED
+    assert status_from_interval(c, float("nan")) == NOT_MEASURED
+
+
+def test_relative_tolerance_scales_with_small_values():
+    c = claim(value=0.2, rel=0.5)  # Fig. 4's n-gram drafting share: band [0.1, 0.3]
+    assert c.band() == pytest.approx((0.1, 0.3))
+    assert status_from_interval(c, 0.22, 0.15, 0.28) == REPRODUCED
+    assert status_from_interval(c, 2.5, 2.0, 3.0) == NOT_REPRODUCED  # +-3 points would have accepted this
+
+
+@pytest.mark.parametrize("kind, bound, est, low, high, status", [
+    ("upper", 1.7, 0.5, 0.4, 0.6, REPRODUCED),
+    ("upper", 1.7, 1.6, 1.5, 1.8, CONSISTENT),
+    ("upper", 1.7, 2.0, 1.8, 2.2, NOT_REPRODUCED),
+    ("lower", 40.0, 45.0, 42.0, 48.0, REPRODUCED),
+    ("lower", 40.0, 41.0, 38.0, 44.0, CONSISTENT),
+    ("lower", 40.0, 30.0, 28.0, 32.0, NOT_REPRODUCED),
+    ("below-one", 0.91, 0.91, 0.88, 0.94, REPRODUCED),
+    ("below-one", 0.91, 0.98, 0.95, 1.02, CONSISTENT),
+    ("below-one", 0.91, 1.02, 1.01, 1.03, NOT_REPRODUCED),
+    ("above-one", 1.05, 1.05, 1.02, 1.08, REPRODUCED),
+    ("above-one", 1.05, 1.00, 0.97, 1.03, CONSISTENT),
+    ("above-one", 1.05, 0.95, 0.92, 0.98, NOT_REPRODUCED),
+])
+def test_bound_claims(kind, bound, est, low, high, status):
+    assert status_from_interval(claim(kind, bound), est, low, high) == status
+
+
+def test_one_exactly_is_neither_above_nor_below():
+    assert status_from_interval(claim("below-one", 0.99), 1.0) == NOT_REPRODUCED
+    assert status_from_interval(claim("above-one", 1.01), 1.0) == NOT_REPRODUCED
+    assert status_from_interval(claim("below-one", 0.99), 0.999) == REPRODUCED
+
+
+def test_bound_with_a_tolerance():
+    c = claim("upper", 1.7, abs_=0.3)
+    assert c.band()[1] == pytest.approx(2.0) and c.claim_text() == "≤ 2"
+    assert status_from_interval(c, 1.9, 1.8, 1.95) == REPRODUCED
+
+
+@pytest.mark.parametrize("a, b, status", [
+    ((2.0, 1.9, 2.1), (1.5, 1.4, 1.6), REPRODUCED),
+    ((2.0, 1.7, 2.3), (1.8, 1.6, 2.0), CONSISTENT),
+    ((1.2, 1.1, 1.3), (1.5, 1.4, 1.6), NOT_REPRODUCED),
+    ((2.0, None, None), (1.5, None, None), REPRODUCED),  # points
+])
+def test_ordering_claim(a, b, status):
+    c = claim("ordering", None, than="m.b")
+    assert status_from_interval(c, *a, other=b) == status
+    assert status_from_interval(c, *a) == NOT_MEASURED  # no second quantity
+
+
+def test_decisive_half_width():
+    assert decisive_half_width(claim(abs_=0.1), 2.05) == pytest.approx(0.05)
+    assert decisive_half_width(claim(abs_=0.1), 2.3) == pytest.approx(0.2)
+    assert decisive_half_width(claim("below-one", 0.91), 0.91) == pytest.approx(0.09)
+    assert decisive_half_width(claim("ordering", None, than="m.b"), 2.0, 1.6) == pytest.approx(0.2)
+    # an interval of that half-width decides, a wider one does not
+    c = claim(abs_=0.1)
+    assert status_from_interval(c, 2.05, 2.0, 2.1) == REPRODUCED
+    assert status_from_interval(c, 2.05, 1.99, 2.11) == CONSISTENT
+
+
+def test_evaluate_reads_intervals_and_same_sample(tmp_path):
+    reg = write_registry(tmp_path, [
+        {**BASE, "id": "v", "value": 2.0, "tolerance": {"abs": 0.1}, "evidence": "simulator", "measured_by": "m.v"},
+        {**BASE, "id": "s", "value": 2.0, "tolerance": {"abs": 0.1}, "evidence": "simulator", "measured_by": "m.s"},
+        {**BASE, "id": "o", "kind": "ordering", "value": 3.0, "value_b": 2.0, "evidence": "simulator",
+         "measured_by": "m.v", "than": "m.w"},
+        {**BASE, "id": "b", "kind": "below-one", "value": 0.91, "evidence": "engine", "measured_by": "m.e"},
+    ])
+    metrics = {"m.v": 2.05, "m.v.ci_low": 1.8, "m.v.ci_high": 2.3, "m.v.n": 300,
+               "m.s": 2.05, "m.s.ci_low": 1.8, "m.s.ci_high": 2.3, "m.s.n": 300, "m.s.same_sample": 1,
+               "m.w": 1.5, "m.w.ci_low": 1.4, "m.w.ci_high": 1.6, "m.w.n": 300,
+               "m.e": 0.9, "m.e.ci_low": 0.85, "m.e.ci_high": 0.95, "m.e.n": 500}
+    t = evaluate(load_claims(reg), metrics, "gpu").set_index("id")
+    assert t.loc["v", "status"] == CONSISTENT and t.loc["v", "decided_on"] == "interval"
+    assert (t.loc["v", "ci_low"], t.loc["v", "ci_high"], t.loc["v", "n"]) == (1.8, 2.3, 300)
+    # computed on the paper's own requests: the point decides, the interval is shown
+    assert t.loc["s", "status"] == REPRODUCED and t.loc["s", "ci_low"] == 1.8
+    assert t.loc["s", "decided_on"].startswith("point (same requests")
+    assert t.loc["o", "status"] == REPRODUCED and t.loc["o", "this_run_b"] == 1.5
+    assert t.loc["o", "decisive_half_width"] == pytest.approx(0.275)
+    assert t.loc["b", "status"] == REPRODUCED and t.loc["b", "claim"] == "< 1"
+    assert evaluate(load_claims(reg), metrics, "cpu").set_index("id").loc["b", "status"] == NOT_MEASURED
+
+
+# --- the registry's fixed cases (issue 11) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return {c.id: c for c in load_claims(REGISTRY)}
+
+
+def test_small_fig4_drafting_shares_are_relative(registry):
+    for cid in ("F4-llama3.1-8b-ngram-k3-drafting-b1", "F4-llama3.1-8b-ngram-k3-drafting-b512",
+                "F4-llama3-70b-ngram-k3-drafting-b1", "F4-llama3-70b-ngram-k3-drafting-b512"):
+        c = registry[cid]
+        assert c.kind == "value" and c.tolerance_abs is None and c.tolerance_rel == 0.5
+        assert status_from_interval(c, 3.0) == NOT_REPRODUCED  # the old +-3 points let this pass
+    c = registry["F4-llama3.1-8b-ngram-k3-drafting-b512"]  # 1.4 %
+    assert status_from_interval(c, 1.3, 1.2, 1.4) == REPRODUCED
+
+
+def test_sampling_share_is_an_upper_bound(registry):
+    c = registry["F4-sampling-max"]
+    assert (c.kind, c.value, c.measured_by) == ("upper", 1.7, "engine.breakdown.sampling_pct.max")
+    assert status_from_interval(c, 0.5, 0.4, 0.6) == REPRODUCED  # stored as 1.7 +- 1 this was "not reproduced"
+    assert status_from_interval(c, 2.5, 2.3, 2.7) == NOT_REPRODUCED
+
+
+def test_no_engine_speedup_claim_leaves_one_undecidable(registry):
+    """Every engine speedup value claim whose +-10 % band contains 1 is a below-one claim (paper below 1), has an
+    above-one companion (paper above 1), or is the paper's 1.00 itself."""
+    cases = [c for c in registry.values() if c.evidence == "engine" and ".speedup.b" in (c.measured_by or "")
+             and c.kind in ("value", "below-one") and c.id.startswith("F1-")
+             and c.value - 0.1 * c.value <= 1.0 <= c.value + 0.1 * c.value]
+    assert len(cases) == 21
+    for c in cases:
+        if c.value < 1:
+            assert c.kind == "below-one", c.id
+        elif c.value > 1:
+            twin = registry[f"{c.id}-above-one"]
+            assert (twin.kind, twin.measured_by, twin.value) == ("above-one", c.measured_by, c.value)
+        else:
+            assert "1.00" in c.note
+    slow = registry["F1-qwen3-8b-sharegpt-draft_model-k3-b128"]
+    assert (slow.kind, slow.value) == ("below-one", 0.91)
+    assert status_from_interval(slow, 0.91, 0.88, 0.94) == REPRODUCED
+
+
+def test_draft_forward_ratio_from_the_papers_fig4(registry):
+    """drafting / (k x verification) on the paper's Fig. 4 shares gives the text's 37.5 % for Qwen3-8B; for
+    Llama-3-70B it gives 9.6 %, registered as a derived claim beside the text's 12.5 %."""
+    import pandas as pd
+
+    from specrepro.figures.engine_breakdown import shares
+
+    def ratio(drafting, verification):
+        df = pd.DataFrame([{"exp": "e", "model": "m", "method": "draft_model", "k": 3, "config": "draft_model-k3",
+                            "dataset": "cnn", "batch_size": 1, "clock": "cpu", "steps": 1, "total_s": 100.0,
+                            "drafting_s": drafting, "verification_s": verification, "sampling_s": 1.0,
+                            "overhead_s": 100.0 - drafting - verification - 1.0}])
+        df["k"] = df["k"].astype("Int64")
+        return float(shares(df)["draft_to_target_forward_pct"].iloc[0])
+
+    q, l70 = ratio(47.1, 41.9), ratio(20.8, 72.1)
+    assert status_from_interval(registry["F1-text-draft-fwd-8b"], q) == REPRODUCED
+    assert status_from_interval(registry["F4-derived-draft-fwd-70b"], l70) == REPRODUCED
+    assert status_from_interval(registry["F1-text-draft-fwd-70b"], l70) == NOT_REPRODUCED  # the paper's own mismatch
+    assert "9.6" in registry["F1-text-draft-fwd-70b"].note
+    assert registry["F4-derived-draft-fwd-70b"].measured_by == registry["F1-text-draft-fwd-70b"].measured_by
+
+
+def test_source_labels(registry):
+    l70 = [c for c in registry.values() if c.id.startswith("F7-l70-")]
+    assert len(l70) == 6 and all(c.source.startswith("Sec. 4 text") and "not read from the figure" in c.source
+                                 for c in l70)
+    blog = [c for c in registry.values() if c.id.startswith("F3-glm-gpqa-mtp-acc-pos")]
+    assert len(blog) == 3 and all("blog" in c.source and "not in the paper" in c.source for c in blog)
+
+
+def test_b32_text_claims_are_measured_by_the_paper_config(registry):
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    exps = {e["name"]: e for e in cfg["experiments"]}
+    for cid, exp in (("F1-text-sharegpt-l31-drop", "llama3.1-8b"), ("F1-text-sharegpt-l70-drop", "llama3-70b")):
+        c = registry[cid]
+        assert c.measured_by == f"engine.{exp}.sharegpt.eagle-k3.speedup_drop_pct.b1_b32"
+        assert 32 in exps[exp]["batch_sizes"] and "sharegpt" in exps[exp]["datasets"]
+        assert any(m["method"] == "eagle" for m in exps[exp]["methods"])
+
+
+def test_ordering_claims_name_registered_quantities(registry):
+    orders = [c for c in registry.values() if c.kind == "ordering"]
+    assert len(orders) >= 20
+    keys = {c.measured_by for c in registry.values() if c.kind == "value"}
+    for c in orders:
+        assert c.than and c.than != c.measured_by
+        if c.evidence == "engine":
+            assert c.measured_by in keys and c.than in keys, c.id

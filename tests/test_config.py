@@ -36,7 +36,9 @@ def test_paper_config_holds_the_paper_grid():
     validate_schema(cfg, SCHEMA)
     exps = {e["name"]: e for e in cfg["experiments"]}
     assert set(exps) >= {"llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"}
-    assert exps["llama3.1-8b"]["batch_sizes"] == [1, 16, 64, 128]
+    # the paper's Fig. 1 grid, plus B = 32 for the text's ShareGPT drop from B = 1 to 32
+    assert exps["llama3.1-8b"]["batch_sizes"] == exps["llama3-70b"]["batch_sizes"] == [1, 16, 32, 64, 128]
+    assert exps["qwen3-8b"]["batch_sizes"] == [1, 16, 64, 128]
     assert {m["method"] for m in exps["llama3-70b"]["methods"]} == {"none", "ngram", "eagle", "draft_model"}
     assert cfg["models"]["llama3-70b"]["tensor_parallel_size"] == 4
     assert cfg["models"]["glm-4.5-air"]["tensor_parallel_size"] == 4
@@ -56,7 +58,7 @@ def mutated(fn):
 
 CASES = [
     (lambda c: c["experiments"][0]["methods"][1].__setitem__("method", "eagel"),
-     "config error: experiments[0].methods[1].method = \"eagel\": not allowed (allowed: none, ngram, eagle, eagle3, draft_model, mtp)"),
+     "config error: experiments[0].methods[1].method = \"eagel\": not allowed (allowed: none, ngram, eagle, eagle3, draft_model, mtp, suffix)"),
     (lambda c: c["experiments"][0]["batch_sizes"].__setitem__(0, 0),
      "config error: experiments[0].batch_sizes[0] = 0: 0 is less than the minimum of 1"),
     (lambda c: c["experiments"][0]["methods"][1].__setitem__("k", [0]),

@@ -22,6 +22,7 @@ from specrepro.engine.bench import plan_points, read_checkpoint
 from specrepro.engine.counters import counter_delta, counter_problems, read_counters
 from specrepro.engine.metrics import speedup_table
 from specrepro.io import SpecReproError
+from specrepro.uncertainty import is_interval_key
 from specrepro.plan import plan_jobs, point_seconds
 from specrepro.prompts import build_prompts
 
@@ -243,4 +244,8 @@ def test_fig9_engine_buckets_hand_computed():
     # request 1 (BLEU 0): n-gram 8 vs EAGLE 16 -> -50 %; request 0: BLEU = brevity penalty exp(1 - 20/12) = 0.51
     assert m["engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.0-0.2.b1"] == pytest.approx(-50.0)
     assert m["engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.4-0.6.b1"] == pytest.approx(50.0)
-    assert len(m) == 2
+    # one request per bucket: the point values and their request counts, no interval (one request has no spread)
+    assert {k for k in m if not is_interval_key(k)} == {"engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.0-0.2.b1",
+                                                        "engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.4-0.6.b1"}
+    assert m["engine.x.ic.ngram-k3.rel_to_eagle_pct.bleu0.0-0.2.b1.n"] == 1
+    assert not any(k.endswith((".ci_low", ".ci_high")) for k in m)

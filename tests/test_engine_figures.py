@@ -283,3 +283,24 @@ def test_speedup_figure_needs_a_non_thinking_experiment(engine_run, tmp_path):
     rc = cli.main(["figure", "fig01_speedup", "--run-config", str(tmp_path / "rc2.json"), "--subject", "engine",
                    "--points", *paths, "-o", str(tmp_path / "x.pdf"), "--csv", str(tmp_path / "x.csv")])
     assert rc == 2
+
+
+def test_speedup_intervals_by_hand(engine_run):
+    """Two requests: a paired resample is (0, 0), (1, 1) or a mix, so the speedup interval spans the two
+    per-request ratios' pooled values exactly."""
+    _, paths = engine_run
+    t = speedup_points(load_points(paths))
+    # ngram-k3 at B=4: throughputs 50, 50 against no SD's 40, 60: resampled ratios 50/40, 100/100, 50/60
+    assert _at(t, "e1", "ngram-k3", 4, "speedup_ci_low") == pytest.approx(50 / 60)
+    assert _at(t, "e1", "ngram-k3", 4, "speedup_ci_high") == pytest.approx(50 / 40)
+    assert _at(t, "e1", "ngram-k3", 4, "speedup_n") == 2
+    # no SD at B=1: throughputs 10 and 20
+    assert (_at(t, "e1", "none", 1, "throughput_ci_low"), _at(t, "e1", "none", 1, "throughput_ci_high")) == (10, 20)
+    # eagle-k3 at B=1: one request failed, so the sides differ and are resampled on their own; n = 1
+    assert _at(t, "e1", "eagle-k3", 1, "speedup_n") == 1
+    m = engine_metrics(load_points(paths), "cpu")
+    key = "engine.e1.d1.ngram-k3.speedup.b4"
+    assert (m[f"{key}.ci_low"], m[f"{key}.ci_high"], m[f"{key}.n"]) == pytest.approx((50 / 60, 50 / 40, 2))
+    assert "engine.e1.d1.eagle-k3.speedup.b1.ci_low" not in m  # one request: the point decides
+    drop = "engine.e1.d1.ngram-k3.speedup_drop_pct.b1_b4"
+    assert m[f"{drop}.ci_low"] <= m[drop] <= m[f"{drop}.ci_high"]

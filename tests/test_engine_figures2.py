@@ -333,3 +333,19 @@ def test_costfit_all_empty_is_an_error(costfit_run):
                    "--cost-model", str(tmp_path / "x.yaml"), "--report", str(tmp_path / "x.json"),
                    "--csv", str(tmp_path / "x.csv"), "-o", str(tmp_path / "x.pdf")])
     assert rc == 2 and not (tmp_path / "x.yaml").exists()
+
+
+def test_breakdown_share_intervals(breakdown_run):
+    tmp_path, paths = breakdown_run
+    _, csv, _ = _breakdown(tmp_path, paths, "ci")
+    t = pd.read_csv(io.BytesIO(csv))
+    r = t[(t["config"] == "none") & (t["batch_size"] == 1)].iloc[0]
+    assert (r["verification_pct_ci_low"], r["verification_pct_ci_high"]) == pytest.approx((80, 90))
+    m = read_json(tmp_path / "figures" / "ci" / "engine-breakdown.json")
+    key = "engine.e1.cnn.none.breakdown.verification_pct.b1"
+    # two requests: 8/10 and 27/30, pooled 35/40; resamples give 80 %, 87.5 % or 90 %
+    assert (m[f"{key}.ci_low"], m[key], m[f"{key}.ci_high"], m[f"{key}.n"]) == pytest.approx((80, 87.5, 90, 2))
+    assert f"engine.e1.cnn.none.breakdown.verification_pct.b4.ci_low" not in m  # one request
+    # the max over configurations carries the envelope of their intervals
+    mx = "engine.breakdown.verification_pct.max"
+    assert m[mx] == pytest.approx(95.0) and m[f"{mx}.ci_high"] >= m[mx]

@@ -11,7 +11,8 @@ import yaml
 from _infra import REPO, env_with
 from specrepro import preflight as pf
 
-H100 = pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "570.124.06")
+# a driver new enough for every image of the paper grid (the latest image's label asks for 580.65)
+H100 = pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "580.95.05")
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +28,13 @@ def check(cfg, obs, uses_apptainer=True, downloaded=(), image_built=True):
     return pf.problems(cfg, obs, pf.needs(cfg, downloaded), uses_apptainer, "/cache", image_built=image_built)
 
 
-def machine(gpus, free=2000.0, token=True, apptainer="/usr/bin/apptainer", **kw):
-    return pf.Observed(gpus=list(gpus), free_gb={"/cache": free}, apptainer=apptainer, hf_token=token, **kw)
+def machine(gpus, free=2000.0, token=True, apptainer="/usr/bin/apptainer", version="apptainer version 1.4.5", **kw):
+    return pf.Observed(gpus=list(gpus), free_gb={"/cache": free}, apptainer=apptainer, hf_token=token,
+                       apptainer_version=version if apptainer else None, **kw)
 
 
 def test_parse_nvidia_smi_and_sinfo():
-    smi = "NVIDIA H100 80GB HBM3, 81559, 570.124.06\nNVIDIA H100 80GB HBM3, 81559, 570.124.06\n"
+    smi = "NVIDIA H100 80GB HBM3, 81559, 580.95.05\nNVIDIA H100 80GB HBM3, 81559, 580.95.05\n"
     assert pf.parse_nvidia_smi(smi) == [H100, H100]
     assert pf.parse_nvidia_smi("") == []
     assert pf.parse_sinfo_gres("gpu:h100:8(S:0-1)\n(null)\ngpu:a100:4,tmpdisk:100\n") == 8
@@ -68,7 +70,7 @@ def test_slurm_counts_gpus_per_node(paper):
 
 
 def test_gpu_memory_too_small(paper):
-    small = pf.Gpu("NVIDIA L4", 22.0, "570.1")
+    small = pf.Gpu("NVIDIA L4", 22.0, "580.65")
     found = check(paper, machine([small] * 4))
     # 70B: 147 GB / 4 GPUs = 34 GiB per GPU > 0.8 x 0.9 x 22 GiB; GLM-4.5-Air the same; 8B models: 16-18 GB
     assert any(p.startswith("llama3-70b: about 34 GiB of weights per GPU") for p in found)
@@ -83,10 +85,65 @@ def test_disk_token_apptainer_driver(paper):
     assert found[1].startswith("/cache: 100 GB free but the downloads and the image build need about")
     assert found[2].startswith("gated models meta-llama/") and "export HF_TOKEN" in found[2]
     old = pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "510.47.03")
-    assert check(paper, machine([old] * 4)) == [
-        "NVIDIA driver 510.47.03 is older than 525.60, the lowest the paper image's CUDA runs on: update the driver, "
-        "or use engine.container: paper"
+    assert [p.split(" (its")[0] for p in check(paper, machine([old] * 4))] == [
+        f"NVIDIA driver 510.47.03 is older than {v}, the lowest the {name} image's CUDA runs on"
+        for name, v in (("paper", "570.26"), ("v0111", "570.26"), ("latest", "580.65"), ("sglang", "570.26"))
     ]
+
+
+def test_minimum_driver_is_each_images_own_label(paper):
+    """Defect 7: the paper image's label asks for 570.26; a 560 driver was let through (a table said 525.60)."""
+    from specrepro.engine.images import image_definition
+
+    assert image_definition("paper").labels["cuda.min_driver"] == "570.26"
+    only_paper = copy.deepcopy(paper)
+    only_paper["experiments"] = [e for e in paper["experiments"] if e["name"] == "llama3.1-8b"]
+    found = check(only_paper, machine([pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "560.35.03")] * 4))
+    assert found == ["NVIDIA driver 560.35.03 is older than 570.26, the lowest the paper image's CUDA runs on (its "
+                     "cuda.min_driver label): update the driver, or move its jobs to another image (experiments[].container)"]
+    assert check(only_paper, machine([pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "570.26")] * 4)) == []
+
+
+def test_the_sglang_image_is_checked_like_the_vllm_ones(paper):
+    """Fig. 2's SGLang image: its definition goes through the same Apptainer checks and its own label gives the
+    driver minimum (its jobs cannot move to another image, so the fix is the driver)."""
+    from specrepro.engine.images import image_definition, parse_definition, used_images
+
+    only = copy.deepcopy(paper)
+    only["experiments"] = [e for e in paper["experiments"] if e.get("engine") == "sglang"]
+    assert used_images(only) == ["sglang"] and image_definition("sglang").labels["cuda.min_driver"] == "570.26"
+    assert check(only, machine([H100] * 4)) == []
+    found = check(only, machine([pf.Gpu("NVIDIA H100 80GB HBM3", 79.6, "560.35.03")] * 4))
+    assert found == ["NVIDIA driver 560.35.03 is older than 570.26, the lowest the sglang image's CUDA runs on (its "
+                     "cuda.min_driver label): update the driver"]
+    text = (REPO / "containers" / "sglang.def").read_text().replace("\n%test", "\n%tests")
+    found = pf.problems(only, machine([H100] * 4), pf.needs(only), True, "/cache",
+                        images={"sglang": parse_definition(text, "sglang.def")})
+    assert found == ["apptainer: sglang.def: unknown section(s) %tests"]
+
+
+def test_apptainer_must_accept_the_definitions(paper, tmp_path):
+    """Defect 7: a tag together with a digest, a section the installed Apptainer lacks, not Apptainer at all."""
+    from specrepro.engine.images import image_definition, parse_definition
+
+    good = image_definition("paper")
+    text = (REPO / "containers" / "vllm-paper.def").read_text()
+    tagged = text.replace("From: nvidia/cuda@sha256:", "From: nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:")
+    args = text.replace("\n%files\n", "\n%arguments\n    X=1\n\n%files\n")
+    images = {"paper": parse_definition(tagged, "vllm-paper.def")}
+    found = pf.problems(paper, machine([H100] * 4), pf.needs(paper), True, "/cache", images=images)
+    assert found == ["apptainer: vllm-paper.def: From: nvidia/cuda:12.8.1-devel-ubuntu24.04@sha256:"
+                     "4b9ed5fa8361736996499f64ecebf25d4ec37ff56e4d11323ccde10aa36e0c43 is not a base image by digest "
+                     "alone (name@sha256:<digest>; tools built on containers/image reject a tag together with a digest)"]
+    images = {"paper": parse_definition(args, "vllm-paper.def")}
+    found = pf.problems(paper, machine([H100] * 4, version="apptainer version 1.1.9"), pf.needs(paper), True,
+                        "/cache", images=images)
+    assert found == ["apptainer: vllm-paper.def: needs Apptainer >= 1.2.0 (for %arguments) but 1.1.9 is installed: "
+                     "update Apptainer"]
+    found = pf.problems(paper, machine([H100] * 4, version="singularity-ce version 4.1.0"), pf.needs(paper), True,
+                        "/cache", images={"paper": good})
+    assert len(found) == 1 and "singularity-ce 4.1.0 found, the workflow needs Apptainer" in found[0]
+    assert pf.problems(paper, machine([H100] * 4), pf.needs(paper), True, "/cache", images={"paper": good}) == []
 
 
 def test_gpu_run_without_container(paper):

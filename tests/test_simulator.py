@@ -283,3 +283,45 @@ def test_cli_malformed_trace(tmp_path, line, message):
     proc = run_cli("simulate", "--trace", str(trace), "--dataset", "cnn", "--proposer", "eagle", "--policy",
                    "oracle", "--output", str(out))
     assert_one_line_error(proc, message, out)
+
+
+# --- intervals over the drawn requests ---------------------------------------------------------------
+
+
+def test_speedup_interval_is_the_paired_bootstrap_of_the_batches(workloads):
+    from specrepro.uncertainty import bootstrap_ratio_ci
+
+    cost = load_cost_model("llama3.1-8b-h100")
+    spec = SimSpec("ngram", "fixed-3", ngram_match_prob=0.4, num_requests=40)
+    res = simulate(workloads["cnn"], spec, [1, 16], cost)
+    for b, row in res.summary.set_index("batch_size").iterrows():
+        batches = res.batches[res.batches["batch_size"] == b]
+        iv = bootstrap_ratio_ci(batches["sd_throughput"], batches["baseline_throughput"])
+        assert (row["speedup"], row["ci_low"], row["ci_high"]) == pytest.approx((iv.estimate, iv.low, iv.high))
+        assert row["ci_low"] < row["speedup"] < row["ci_high"]
+    ref = simulate_reference(workloads["cnn"], spec, [1, 16], cost).summary
+    np.testing.assert_allclose(ref[["ci_low", "ci_high"]], res.summary[["ci_low", "ci_high"]], rtol=1e-9)
+
+
+def test_continuous_batching_has_no_interval(workloads):
+    cost = load_cost_model("llama3.1-8b-h100")
+    s = simulate(workloads["gsm8k"], SimSpec("eagle", "oracle", num_requests=8, batching="continuous"), [2], cost)
+    assert s.summary[["ci_low", "ci_high"]].isna().all().all()
+
+
+def test_metrics_carry_intervals_and_the_paper_draw():
+    from specrepro.simulator import PAPER_DRAW, metrics_from_summaries
+
+    assert PAPER_DRAW == {"num_requests": 300, "seed": 42}
+    row = {"dataset": "cnn", "proposer": "eagle", "policy": "oracle", "batch_size": 1, "speedup": 2.0,
+           "batching": "replicate", "pairing": "index", "combine_cost": "ngram", "requests": 300, "ci_low": 1.9,
+           "ci_high": 2.1}
+    import pandas as pd
+
+    eq = dict(row, pairing="equal-length", requests=80)
+    m = metrics_from_summaries("ts", [pd.DataFrame([row, eq])], same_sample=True)
+    key = "sim.ts.cnn.eagle.oracle.b1"
+    assert (m[key], m[f"{key}.ci_low"], m[f"{key}.ci_high"], m[f"{key}.n"], m[f"{key}.same_sample"]) == \
+        (2.0, 1.9, 2.1, 300, 1)
+    assert "sim.ts.cnn.eagle.oracle-equal-length.b1.same_sample" not in m  # another subset of requests
+    assert f"{key}.same_sample" not in metrics_from_summaries("ts", [pd.DataFrame([row])])

@@ -56,3 +56,77 @@ def test_pooled_ratio():
     assert (iv.estimate, iv.low, iv.high) == (0.5, 0.5, 0.5)
     with pytest.raises(ValueError):
         bootstrap_pooled_ratio_ci([1], [1, 2])
+
+
+# --- extensions: functions of several means, quantiles, pooled quantiles, metrics keys ------------------
+
+from specrepro.uncertainty import (  # noqa: E402
+    Interval, bootstrap_function_ci, bootstrap_pooled_quantiles_ci, bootstrap_quantiles_ci, envelope, interval_metrics,
+    interval_of, requests_for_half_width, _indices,
+)
+
+
+def test_function_of_means_equals_the_paired_ratio():
+    rng = np.random.default_rng(4)
+    a, b = rng.lognormal(size=80), rng.lognormal(size=80)
+    f = bootstrap_function_ci([a, b], lambda x, y: x / y)
+    r = bootstrap_ratio_ci(a, b)
+    assert (f.estimate, f.low, f.high, f.n) == pytest.approx((r.estimate, r.low, r.high, r.n))
+    s = bootstrap_function_ci([a, b], lambda x, y: x / y, reduce="sum")
+    p = bootstrap_pooled_ratio_ci(a, b)
+    assert (s.low, s.high) == pytest.approx((p.low, p.high))
+    with pytest.raises(ValueError):
+        bootstrap_function_ci([a, b[:3]], lambda x, y: x / y)
+
+
+def test_quantile_intervals_match_a_loop_over_the_same_resamples():
+    x = np.random.default_rng(5).gamma(2.0, size=60)
+    ivs = bootstrap_quantiles_ci(x, [5, 50, 95], n_boot=300)
+    idx = _indices(60, 300, 42)
+    for iv, q in zip(ivs, (5, 50, 95)):
+        boots = [np.percentile(x[i], q) for i in idx]
+        assert iv.estimate == pytest.approx(np.percentile(x, q))
+        assert (iv.low, iv.high) == pytest.approx(tuple(np.nanquantile(boots, [0.025, 0.975])))
+
+
+def test_pooled_quantiles_match_a_brute_force_cluster_bootstrap():
+    rng = np.random.default_rng(6)
+    reqs = [rng.integers(1, 8, size=rng.integers(1, 30)) for _ in range(25)]
+    med, p90 = bootstrap_pooled_quantiles_ci(reqs, [0.5, 0.9], n_boot=200)
+    pooled = np.concatenate(reqs)
+    assert med.estimate == np.quantile(pooled, 0.5) and p90.estimate == pytest.approx(np.quantile(pooled, 0.9))
+    idx = _indices(25, 200, 42)
+    for iv, q in ((med, 0.5), (p90, 0.9)):
+        boots = [np.quantile(np.concatenate([reqs[j] for j in i]), q) for i in idx]
+        assert (iv.low, iv.high) == pytest.approx(tuple(np.nanquantile(boots, [0.025, 0.975])))
+
+
+def test_envelope_of_a_maximum():
+    ivs = [Interval(1.0, 0.5, 1.5, 10), Interval(1.2, 1.1, 1.3, 8), Interval(float("nan"), 0, 0, 0)]
+    e = envelope(ivs, "max")
+    assert (e.estimate, e.low, e.high, e.n) == (1.2, 1.1, 1.5, 8)
+    m = envelope(ivs, "min")
+    assert (m.estimate, m.low, m.high) == (1.0, 0.5, 1.3)
+
+
+def test_interval_metrics_round_trip():
+    m = interval_metrics("k.b1", Interval(2.0, 1.5, 2.5, 40), same_sample=True)
+    assert m == {"k.b1": 2.0, "k.b1.ci_low": 1.5, "k.b1.ci_high": 2.5, "k.b1.n": 40, "k.b1.same_sample": 1}
+    assert interval_of(m, "k.b1") == Interval(2.0, 1.5, 2.5, 40)
+    # one request: no interval keys, the point decides
+    assert interval_metrics("k", Interval(2.0, 2.0, 2.0, 1)) == {"k": 2.0, "k.n": 1}
+    assert interval_of({"k": 3.0}, "k") == Interval(3.0, 3.0, 3.0, 0)
+    assert interval_metrics("k", Interval(float("nan"), 0, 0, 0)) == {}
+
+
+def test_requests_for_half_width_scales_with_the_square():
+    iv = Interval(1.0, 0.9, 1.1, 100)  # half-width 0.1
+    assert requests_for_half_width(iv, 0.05) == pytest.approx(400)
+    assert np.isnan(requests_for_half_width(Interval(1.0, 1.0, 1.0, 1), 0.05))
+
+
+def test_half_width_shrinks_as_one_over_sqrt_n():
+    rng = np.random.default_rng(7)
+    x = rng.normal(1.0, 0.3, size=1600)
+    w_small, w_large = bootstrap_ci(x[:100]).width, bootstrap_ci(x).width
+    assert w_small / w_large == pytest.approx(4.0, rel=0.2)

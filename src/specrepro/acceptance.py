@@ -2,6 +2,10 @@
 
 Inputs are positions tables as built by :func:`specrepro.traces.positions_table`
 (``dataset, order, request_id, proposer, position, acc_len, aligned``).
+
+Every statistic comes with its 95 % bootstrap interval over requests (``<stat>_ci_low``, ``<stat>_ci_high``;
+:mod:`specrepro.uncertainty`): statistics over positions (mean, median, p90, wins) resample whole requests
+with all their positions; statistics over per-request means resample the means.
 """
 
 from __future__ import annotations
@@ -10,6 +14,10 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+
+from .uncertainty import (
+    Interval, bootstrap_pooled_quantiles_ci, bootstrap_pooled_ratio_ci, bootstrap_quantiles_ci, interval_metrics,
+)
 
 #: percentiles of the per-request mean span that Fig. 7 draws (whiskers 5-95, box 25-75)
 BOX_PERCENTILES = (5, 25, 50, 75, 95)
@@ -84,30 +92,80 @@ def acceptance_stats(positions: pd.DataFrame, proposers: Sequence[str]) -> pd.Da
     out["dataset"] = out["dataset"].astype(str)
     out["proposer"] = out["proposer"].astype(str)
     out["paired_positions"] = out["paired_positions"].astype("Int64")
-    return out
+    ci = stats_intervals(sub, proposers)
+    return out.merge(ci, on=["dataset", "proposer"], how="left") if len(ci) else out
+
+
+#: statistics of :func:`acceptance_stats` that get an interval
+STATS_WITH_CI = ("mean", "median", "p90", "request_mean_median", "wins")
+
+
+def _by_request(sub: pd.DataFrame) -> list[np.ndarray]:
+    """acc_len of each request (in request order) of one dataset x proposer."""
+    sub = sub.sort_values(["order", "position"], kind="mergesort")
+    order = sub["order"].to_numpy()
+    cuts = np.flatnonzero(order[1:] != order[:-1]) + 1
+    return np.split(sub["acc_len"].to_numpy(dtype=np.int64), cuts) if len(sub) else []
+
+
+def stats_intervals(positions: pd.DataFrame, proposers: Sequence[str]) -> pd.DataFrame:
+    """Per dataset x proposer: ``<stat>_ci_low`` and ``<stat>_ci_high`` of :data:`STATS_WITH_CI`."""
+    rows = []
+    sub = positions[positions["proposer"].isin(list(proposers))]
+    pairs = paired(sub, proposers)
+    for (dataset, proposer), g in sub.groupby(["dataset", "proposer"], sort=True, observed=True):
+        reqs = _by_request(g)
+        ivs = {"mean": bootstrap_pooled_ratio_ci([r.sum() for r in reqs], [r.size for r in reqs])}
+        ivs["median"], ivs["p90"] = bootstrap_pooled_quantiles_ci(reqs, [0.5, 0.9])
+        (ivs["request_mean_median"],) = bootstrap_quantiles_ci([r.mean() for r in reqs], [50])
+        ivs["wins"] = win_share_interval(pairs[pairs["dataset"] == dataset], proposers, str(proposer))
+        row = {"dataset": str(dataset), "proposer": str(proposer)}
+        for k, iv in ivs.items():
+            row[f"{k}_ci_low"], row[f"{k}_ci_high"] = iv.low, iv.high
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["dataset", "proposer"] + [f"{k}_ci_{e}" for k in STATS_WITH_CI
+                                                                  for e in ("low", "high")])
+
+
+def win_share_interval(pairs: pd.DataFrame, proposers: Sequence[str], proposer: str) -> Interval:
+    """Interval of one proposer's win share (:func:`win_shares`) over the requests of ``pairs`` (one dataset)."""
+    if pairs.empty:
+        return Interval(float("nan"), float("nan"), float("nan"), 0)
+    values = pairs[list(proposers)].to_numpy()
+    j = list(proposers).index(proposer)
+    won = (values[:, j][:, None] > np.delete(values, j, axis=1)).all(axis=1)
+    per = pd.DataFrame({"order": pairs["order"].to_numpy(), "won": won.astype(float)}).groupby("order")["won"]
+    return bootstrap_pooled_ratio_ci(per.sum().to_numpy(), per.size().to_numpy(dtype=float))
 
 
 def request_mean_percentiles(positions: pd.DataFrame) -> pd.DataFrame:
-    """Percentiles (5, 25, 50, 75, 95) of the per-request mean span, per dataset and proposer."""
+    """Percentiles (5, 25, 50, 75, 95) of the per-request mean span, per dataset and proposer, with their
+    intervals (``p<q>_ci_low``, ``p<q>_ci_high``) and the number of requests ``n``."""
     rm = request_means(positions)
     rows = []
     for (dataset, proposer), grp in rm.groupby(["dataset", "proposer"], sort=True, observed=True):
-        q = np.percentile(grp["mean_acc_len"].to_numpy(), BOX_PERCENTILES)
-        rows.append((str(dataset), str(proposer), *q))
-    return pd.DataFrame(rows, columns=["dataset", "proposer", *[f"p{p}" for p in BOX_PERCENTILES]])
+        ivs = bootstrap_quantiles_ci(grp["mean_acc_len"].to_numpy(), BOX_PERCENTILES)
+        rows.append((str(dataset), str(proposer), *[iv.estimate for iv in ivs], len(grp),
+                     *[x for iv in ivs for x in (iv.low, iv.high)]))
+    return pd.DataFrame(rows, columns=["dataset", "proposer", *[f"p{p}" for p in BOX_PERCENTILES], "n",
+                                       *[f"p{p}_ci_{e}" for p in BOX_PERCENTILES for e in ("low", "high")]])
 
 
 def metrics(positions: pd.DataFrame, stats: pd.DataFrame, traceset: str) -> dict[str, float]:
     """Measured values for the claims table, keyed ``traces.<set>.<dataset>.<proposer>.<quantity>``."""
     out: dict[str, float] = {}
+    has_ci = "mean_ci_low" in stats.columns
     for row in stats.itertuples(index=False):
         base = f"traces.{traceset}.{row.dataset}.{row.proposer}"
-        for q in ("mean", "median", "p90", "request_mean_median", "wins"):
+        for q in STATS_WITH_CI:
             v = getattr(row, q)
             if pd.notna(v):
-                out[f"{base}.{q}"] = float(v)
+                lo, hi = (getattr(row, f"{q}_ci_low"), getattr(row, f"{q}_ci_high")) if has_ci else (v, v)
+                out.update(interval_metrics(f"{base}.{q}", Interval(float(v), lo, hi, int(row.requests))))
     for row in request_mean_percentiles(positions).itertuples(index=False):
         base = f"traces.{traceset}.{row.dataset}.{row.proposer}.request_mean"
         for p in BOX_PERCENTILES:
-            out[f"{base}.p{p}"] = float(getattr(row, f"p{p}"))
+            out.update(interval_metrics(f"{base}.p{p}", Interval(float(getattr(row, f"p{p}")),
+                                                                 getattr(row, f"p{p}_ci_low"),
+                                                                 getattr(row, f"p{p}_ci_high"), int(row.n))))
     return dict(sorted(out.items()))

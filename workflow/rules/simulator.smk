@@ -6,6 +6,11 @@
 #   ngram/<dataset>.jsonl           acc_ngram recomputed from tokens (+ .stats.json: agreement)
 #   recomputed/<dataset>.csv        n-gram paper mode on the recomputed traces
 #   fig9/<dataset>.bleu.csv         BLEU-4 of every request's output against its prompt
+#   suffix/<dataset>.jsonl          the trace with acc_suffix (suffix decoding recomputed from tokens)
+#   today/kgrid/<dataset>.csv       fixed k = each of simulator.today.k_candidates, n-gram, EAGLE, suffix
+#   today/schedule.json             k by batch size chosen from the grids (specrepro.today)
+#   today/<dataset>.csv             k by batch size (held-out schedules) of n-gram, EAGLE and suffix
+#   today/<dataset>.suffix.csv      suffix with fixed k and the oracle; Oracle Combine of n-gram, EAGLE, suffix
 # and the metrics results/metrics/simulator-<trace set>.json (keys sim.<trace set>....) for the claims.
 
 rule simulate_paper:
@@ -129,6 +134,7 @@ rule simulator_metrics:
     input:
         paper=sim_inputs("paper"),
         variants=variant_inputs,
+        today=today_inputs,
         recomputed=sim_inputs("recomputed"),
         fig9=sim_inputs("fig9"),
         stats=lambda wc: [f"results/simulator/{wc.traceset}/ngram/{d}.stats.json" for d in TRACE_SETS[wc.traceset]["datasets"]],
@@ -137,14 +143,15 @@ rule simulator_metrics:
         "results/metrics/simulator-{traceset}.json",
     params:
         edges=" ".join(str(e) for e in SIM.get("fig9", {}).get("bleu_edges", [])),
+        draw=f"--num-requests {SIM.get('num_requests')} --seed {SIM.get('seed')}",
     log:
         "logs/simulator/{traceset}/metrics.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "specrepro sim-metrics --traceset {wildcards.traceset} --inputs {input.paper} {input.variants}"
+        "specrepro sim-metrics --traceset {wildcards.traceset} --inputs {input.paper} {input.variants} {input.today}"
         " --recomputed {input.recomputed} --all-requests {input.fig9} --ngram-stats {input.stats}"
-        " --bleu {input.bleu} --bleu-edges {params.edges} -o {output} 2> {log}"
+        " --bleu {input.bleu} --bleu-edges {params.edges} {params.draw} -o {output} 2> {log}"
 
 
 # --- figures and tables ------------------------------------------------------------------------
@@ -270,3 +277,118 @@ rule fig_sim_beyond:
     shell:
         "specrepro figure fig_sim_beyond --run-config {input.config} --subject {wildcards.traceset}"
         " --summaries {input.summaries} {input.variants} -o {output} 2> {log}"
+
+
+# --- the paper's question on today's engines (specrepro.today, specrepro.suffix) -----------------
+
+
+rule suffix_trace:
+    """acc_suffix recomputed from the tokens (suffix decoding's longest-match, frequency-voted draft)."""
+    input:
+        trace=trace_file,
+    output:
+        trace="results/simulator/{traceset}/suffix/{dataset}.jsonl",
+        stats="results/simulator/{traceset}/suffix/{dataset}.stats.json",
+    params:
+        depth=TODAY.get("suffix_max_depth", 24),
+    log:
+        "logs/simulator/{traceset}/suffix/{dataset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro suffix-trace {input.trace:q} --max-depth {params.depth} --k 20 --dataset {wildcards.dataset}"
+        " --stats {output.stats:q} -o {output.trace:q} 2> {log}"
+
+
+rule simulate_kgrid:
+    """Every candidate fixed k of n-gram, EAGLE and suffix (paper mode): what the schedules are chosen from."""
+    input:
+        trace="results/simulator/{traceset}/suffix/{dataset}.jsonl",
+    output:
+        "results/simulator/{traceset}/today/kgrid/{dataset}.csv",
+    params:
+        common=sim_args(),
+        policies=" ".join(f"fixed-{k}" for k in TODAY.get("k_candidates", [1, 2, 3, 4, 5, 6, 8, 10, 12, 16])),
+    log:
+        "logs/simulator/{traceset}/today/kgrid/{dataset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro simulate --trace {input.trace:q} {params.common} --proposer ngram eagle suffix"
+        " --policy {params.policies} -o {output:q} 2> {log}"
+
+
+rule k_schedule:
+    """k by batch size per proposer (pooled over the datasets, and held out per dataset)."""
+    input:
+        lambda wc: [f"results/simulator/{wc.traceset}/today/kgrid/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]],
+    output:
+        "results/simulator/{traceset}/today/schedule.json",
+    params:
+        cost=SIM_COST,
+    log:
+        "logs/simulator/{traceset}/today/schedule.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro k-schedule --grids {input:q} --proposers ngram eagle suffix --cost-model {params.cost:q}"
+        " -o {output:q} 2> {log}"
+
+
+rule simulate_today:
+    """k by batch size (each dataset with the schedule chosen without it), suffix decoding, Oracle Combine of three."""
+    input:
+        trace="results/simulator/{traceset}/suffix/{dataset}.jsonl",
+        schedule="results/simulator/{traceset}/today/schedule.json",
+    output:
+        schedule="results/simulator/{traceset}/today/{dataset}.csv",
+        suffix="results/simulator/{traceset}/today/{dataset}.suffix.csv",
+    params:
+        common=sim_args(),
+    log:
+        "logs/simulator/{traceset}/today/{dataset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "(specrepro simulate --trace {input.trace:q} {params.common} --proposer ngram eagle suffix"
+        " --policy batch-schedule --schedule {input.schedule:q} --schedule-mode held-out -o {output.schedule:q}"
+        " && specrepro simulate --trace {input.trace:q} {params.common} --proposer suffix combined3"
+        " --policy fixed-1 fixed-3 fixed-5 oracle -o {output.suffix:q}) 2> {log}"
+
+
+rule fig_today:
+    input:
+        config=RUN_CONFIG,
+        summaries=sim_inputs("paper"),
+        variants=adaptive_variant_inputs,
+        today=today_inputs,
+    output:
+        "figures/fig_today-{traceset}.pdf",
+    log:
+        "logs/figures/fig_today-{traceset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig_today --run-config {input.config} --subject {wildcards.traceset}"
+        " --summaries {input.summaries} {input.variants} {input.today} -o {output} 2> {log}"
+
+
+rule tab_today:
+    input:
+        config=RUN_CONFIG,
+        summaries=sim_inputs("paper"),
+        variants=adaptive_variant_inputs,
+        today=today_inputs,
+        schedule="results/simulator/{traceset}/today/schedule.json",
+        engine=today_engine_points,
+    output:
+        tex="figures/tab_today-{traceset}.tex",
+        csv="figures/tab_today-{traceset}.csv",
+    log:
+        "logs/figures/tab_today-{traceset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_today --run-config {input.config} --subject {wildcards.traceset}"
+        " --summaries {input.summaries} {input.variants} {input.today} --schedule {input.schedule}"
+        " --engine-points {input.engine:q} --csv {output.csv} -o {output.tex} 2> {log}"

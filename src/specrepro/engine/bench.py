@@ -15,13 +15,15 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from ..io import write_json, write_parquet
-from .args import BenchSpec, open_llm
+from ..io import SpecReproError, write_json, write_parquet
+from .args import BenchSpec, error_line, open_llm, sampling_kwargs, warmup_sampling_kwargs
+from .progress import Progress
 from .counters import counter_delta, counter_problems, read_counters
 
 KEY = ("dataset", "request_index", "batch_size")
@@ -92,8 +94,7 @@ def batch_prompts(spec: BenchSpec, table: pd.DataFrame, r: int, b: int) -> list[
 def run_point(llm, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: int) -> dict:
     from vllm import SamplingParams, TokensPrompt
 
-    sp = SamplingParams(temperature=float(spec.engine.get("temperature", 0)), max_tokens=int(spec.datasets[ds]),
-                        seed=int(spec.engine.get("seed", 42)))
+    sp = SamplingParams(**sampling_kwargs(spec, ds))
     prompts = batch_prompts(spec, table, r, b)
     before = read_counters(llm.get_metrics())
     t0 = time.perf_counter()
@@ -102,7 +103,12 @@ def run_point(llm, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: int
     delta = counter_delta(before, read_counters(llm.get_metrics()))
     gen = [list(o.outputs[0].token_ids) for o in outs]
     n_out = sum(len(g) for g in gen)
-    problems = counter_problems(delta, spec.method, spec.k)
+    k = spec.k
+    if spec.k_by_batch_size:  # the k vLLM's schedule gives a batch of b requests
+        from ..simulator import schedule_k
+
+        k = schedule_k(spec.k_by_batch_size, b, spec.k)
+    problems = counter_problems(delta, spec.method, k)
     return {
         "status": "ok", "error": "; ".join(problems) or None, "wall_s": wall,
         "prompt_tokens": sum(len(p) for p in prompts), "output_tokens": n_out, "throughput": n_out / wall,
@@ -130,7 +136,7 @@ def _warmup(llm, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame]) -> None:
     first = next(iter(spec.datasets))
     ids = list(prompts[first].iloc[0]["prompt_token_ids"])
     llm.generate([TokensPrompt(prompt_token_ids=ids)] * min(2, max(spec.batch_sizes)),
-                 SamplingParams(temperature=0, max_tokens=16), use_tqdm=False)
+                 SamplingParams(**warmup_sampling_kwargs()), use_tqdm=False)
 
 
 def run_sweep(
@@ -138,7 +144,13 @@ def run_sweep(
     drafter_dir: str | None = None, provenance: Mapping[str, Any] | None = None, retry_failed: bool = False,
     llm=None, log=sys.stderr,
 ) -> pd.DataFrame:
-    """Run (or resume) the sweep and write ``output`` (Parquet, one row per point)."""
+    """Run (or resume) the sweep and write ``output`` (Parquet, one row per point) and its record (``.json``).
+
+    An engine that does not start (vLLM raises in ``LLM()`` or the warm-up: an unsupported method, out of
+    memory at load) is a result too: every point is written as failed with vLLM's error line, the record
+    says ``status: failed``, and the job ends normally so the run's other jobs and the report go on.
+    """
+    t_job = time.perf_counter()
     output = Path(output)
     ckpt = output.with_name(output.name + ".partial.jsonl")
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -150,18 +162,31 @@ def run_sweep(
         print(f"{spec.exp} {spec.label}: resuming, {len(done)} points done, {len(todo)} to run", file=log)
     base = {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": spec.label,
             "batching": spec.batching, **dict(provenance or {})}
-    t_load, vllm_memory = None, None
+    t_load, vllm_memory, start_error, llm_kwargs = None, None, None, {}
     if todo and llm is None:
         t0 = time.perf_counter()
-        llm = open_llm(spec, model_dir, drafter_dir)
-        t_load = time.perf_counter() - t0
-        vllm_memory = _reported_memory(llm, log)
-        if spec.engine.get("warmup", True):
-            _warmup(llm, spec, prompts)
+        try:
+            llm = open_llm(spec, model_dir, drafter_dir, log=log, record=llm_kwargs)
+            t_load = time.perf_counter() - t0
+            vllm_memory = _reported_memory(llm, log)
+            if spec.engine.get("warmup", True):
+                _warmup(llm, spec, prompts)
+        except SpecReproError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - an engine that cannot start is this job's result
+            start_error = error_line(exc)
+            traceback.print_exc(file=log)
+            print(f"{spec.exp} {spec.label}: the engine did not start: {start_error}", file=log)
+            llm = None
+    progress = Progress(f"{spec.exp} {spec.label}", len(done) + len(todo), done=len(done), stream=log)
     for ds, r, b in todo:
         table = prompts[ds]
         row = {**base, "dataset": ds, "request_index": r, "request_id": str(table.iloc[r]["request_id"]),
                "batch_size": b, "pid": os.getpid()}
+        if start_error:
+            row.update(status="failed", error=f"engine did not start: {start_error}")
+            done[(ds, r, b)] = row
+            continue
         try:
             row.update(run_point(llm, spec, table, ds, r, b))
         except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
@@ -169,12 +194,16 @@ def run_sweep(
             print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
         _append(ckpt, row)
         done[(ds, r, b)] = row
+        progress.step(f"{ds} request {r} B={b}")
     df = points_table(done.values(), spec)
     write_parquet(output, df)
     meta = {**base, "load_s": t_load, "points": len(df), "failed": int((df["status"] != "ok").sum()),
-            "vllm_memory": vllm_memory}
+            "vllm_memory": vllm_memory, "status": "failed" if start_error else "ok", "error": start_error,
+            "image": spec.image, "llm_kwargs": llm_kwargs or None, "elapsed_s": time.perf_counter() - t_job,
+            "points_run": len(todo)}
     write_json(output.with_suffix(".json"), meta)
-    ckpt.unlink(missing_ok=True)
+    if not start_error:  # a failed start keeps the finished points of earlier runs for a forced rerun
+        ckpt.unlink(missing_ok=True)
     if llm is not None:
         del llm
         gc.collect()

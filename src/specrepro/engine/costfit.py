@@ -148,6 +148,11 @@ def profile_prompts(batch_size: int, prompt_len: int, vocab_size: int, offset: i
             for b in range(batch_size)]
 
 
+def sweep_sampling_kwargs(max_tokens: int) -> dict:
+    """``SamplingParams`` keywords of the cost-fit sweep: exactly ``max_tokens`` tokens per request."""
+    return {"max_tokens": int(max_tokens), "ignore_eos": True, "temperature": 0.0}
+
+
 def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int], max_tokens: int,
                   method: str = "none", k: int | None = None, warmup: bool = True) -> pd.DataFrame:
     """Profile one ``generate`` per (B, P) on a built ``LLM`` and stack :func:`steps_from_profile`.
@@ -161,7 +166,7 @@ def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int]
     from .counters import counter_delta, read_counters
 
     vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
-    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+    sp = SamplingParams(**sweep_sampling_kwargs(max_tokens))
     if warmup:
         llm.generate(profile_prompts(max(batch_sizes), max(prompt_lens), vocab, offset=99), sp, use_tqdm=False)
     tables = []

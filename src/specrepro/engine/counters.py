@@ -45,8 +45,9 @@ def counter_problems(d: Mapping[str, Any], method: str, k: int | None) -> list[s
     out = []
     if method == "none":
         return [f"{n} = {d[n]} without speculative decoding" for n in COUNTERS.values() if d[n]]
-    # n-gram proposes only where the context repeats; a drafter model proposes at every step.
-    if d["num_drafts"] <= 0 and method != "ngram":
+    # n-gram and suffix propose only where the context repeats; a drafter model proposes at every step
+    # (k = 0: a k-by-batch-size schedule turned drafting off at this batch size)
+    if d["num_drafts"] <= 0 and method not in ("ngram", "suffix") and k != 0:
         out.append("no drafts counted while speculative decoding is on")
     if d["num_accepted_tokens"] > d["num_draft_tokens"]:
         out.append(f"accepted {d['num_accepted_tokens']} > drafted {d['num_draft_tokens']}")

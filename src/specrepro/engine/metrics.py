@@ -17,6 +17,11 @@ Metric keys (``<exp>`` is the experiment's name, ``<config>`` ``none`` or ``<met
     engine.<exp>.<dataset>.<config>.identical_fraction       share of compared points equal to no SD's output
     engine.points.ok, engine.points.failed                   counts over all inputs
 
+Every key of a per-request statistic also carries its 95 % bootstrap interval over requests
+(:func:`specrepro.uncertainty.interval_metrics`: ``<key>.ci_low``, ``<key>.ci_high``, ``<key>.n``):
+throughput (mean over requests), speedup (ratio of means, paired over the requests both the configuration and
+no SD served at that B), acceptance length (mean over requests), acceptance rates (pooled over requests),
+the speedup drop (all four means resampled together) and the Fig. 9 BLEU buckets (paired ratio in the bucket).
 A key whose value cannot be computed (no successful point, no baseline) is left out, so the claims table
 says "not measured". A CPU run's metrics are written the same way; :func:`specrepro.claims.evaluate`
 never decides an ``engine`` claim on a run whose kind is not "gpu".
@@ -32,9 +37,12 @@ import numpy as np
 import pandas as pd
 
 from ..io import SpecReproError, read_parquet
+from ..uncertainty import (
+    Interval, bootstrap_ci, bootstrap_function_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci, interval_metrics,
+)
 
 #: method display order (figures, tables)
-METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp")
+METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 REQUIRED = ("exp", "model", "method", "k", "config", "dataset", "request_index", "batch_size", "status", "error",
             "wall_s", "output_tokens", "throughput", "num_drafts", "num_draft_tokens", "num_accepted_tokens",
             "accepted_per_pos", "acceptance_length", "output_token_ids")
@@ -85,10 +93,14 @@ def config_order(points: pd.DataFrame) -> list[tuple[str, str, int | None]]:
     return sorted(rows, key=lambda t: (method_rank(t[1]), t[1], -1 if t[2] is None else t[2], t[0]))
 
 
-def config_label_text(method: str, k: int | None, labels: Mapping[str, str]) -> str:
-    """``n-gram (k=3)``; ``no SD``."""
+def config_label_text(method: str, k: int | None, labels: Mapping[str, str], config: str | None = None) -> str:
+    """``n-gram (k=3)``; ``no SD``; ``EAGLE-3 (k by batch size, up to 10)`` for a ``-bs`` configuration."""
     name = labels.get(method, method)
-    return name if method == "none" or k is None else f"{name} (k={k})"
+    if method == "none" or k is None:
+        return name
+    if config is not None and str(config).endswith("-bs"):
+        return f"{name} (k by batch size, up to {k})"
+    return f"{name} (k={k})"
 
 
 # --- summaries ------------------------------------------------------------------------------
@@ -122,11 +134,102 @@ def speedup_points(points: pd.DataFrame) -> pd.DataFrame:
     out["failed"] = out["failed"].astype(int)
     for c in ("throughput", "acceptance_length", "wall_s", "baseline_throughput", "speedup"):
         out[c] = out[c].astype(float)
+    ci = point_intervals(points)
+    out = out.merge(ci, on=GROUP, how="left") if len(ci) else out.assign(**{c: math.nan for c in CI_COLUMNS})
     out["_r"] = out["method"].map(method_rank)
     out = out.sort_values(["exp", "dataset", "_r", "method", "k", "batch_size"], na_position="first")
     cols = ["exp", "model", "dataset", "method", "k", "config", "batch_size", "points", "failed", "requests",
-            "throughput", "baseline_throughput", "speedup", "acceptance_length", "wall_s"]
+            "throughput", "baseline_throughput", "speedup", "acceptance_length", "wall_s"] + CI_COLUMNS
     return out[cols].reset_index(drop=True)
+
+
+# --- intervals over requests ------------------------------------------------------------------
+
+#: interval columns of :func:`speedup_points` (``speedup_n``: requests the paired speedup interval rests on)
+CI_COLUMNS = ["throughput_ci_low", "throughput_ci_high", "speedup_ci_low", "speedup_ci_high", "speedup_n",
+              "acceptance_length_ci_low", "acceptance_length_ci_high"]
+
+
+def _per_request(g: pd.DataFrame, col: str) -> pd.Series:
+    """One value per request (the first point of each request index), indexed by request index."""
+    return g.drop_duplicates("request_index").set_index("request_index")[col].astype(float)
+
+
+def paired_speedup_ci(sd: pd.Series, base: pd.Series) -> Interval:
+    """Speedup mean(sd) / mean(base) with its interval: paired over requests when both served the same ones,
+    else each side resampled on its own (a failed point leaves the sets unequal)."""
+    sd, base = sd.dropna(), base.dropna()
+    if len(sd) == 0 or len(base) == 0:
+        return Interval(math.nan, math.nan, math.nan, 0)
+    if set(sd.index) == set(base.index):
+        return bootstrap_ratio_ci(sd.to_numpy(), base.reindex(sd.index).to_numpy(), paired=True)
+    return bootstrap_ratio_ci(sd.to_numpy(), base.to_numpy(), paired=False)
+
+
+def point_intervals(points: pd.DataFrame) -> pd.DataFrame:
+    """Per (exp, dataset, config, B): intervals of throughput, speedup and acceptance length (:data:`CI_COLUMNS`)."""
+    ok = _ok(points)
+    rows = []
+    if ok.empty:
+        return pd.DataFrame(columns=GROUP + CI_COLUMNS)
+    base = {key: g for key, g in ok[ok["method"] == "none"].groupby(["exp", "dataset", "batch_size"])}
+    for (exp, ds, cfg, b), g in ok.groupby(GROUP, sort=True):
+        tput = _per_request(g, "throughput")
+        t_iv = bootstrap_ci(tput.dropna().to_numpy())
+        row = dict(zip(GROUP, (exp, ds, cfg, b)), throughput_ci_low=t_iv.low, throughput_ci_high=t_iv.high)
+        s_iv = Interval(math.nan, math.nan, math.nan, 0)
+        if g["method"].iloc[0] != "none" and (exp, ds, b) in base:
+            s_iv = paired_speedup_ci(tput, _per_request(base[(exp, ds, b)], "throughput"))
+        a_iv = bootstrap_ci(_per_request(g, "acceptance_length").dropna().to_numpy())
+        row.update(speedup_ci_low=s_iv.low, speedup_ci_high=s_iv.high, speedup_n=s_iv.n,
+                   acceptance_length_ci_low=a_iv.low, acceptance_length_ci_high=a_iv.high)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=GROUP + CI_COLUMNS)
+
+
+def _counter_sums(g: pd.DataFrame) -> pd.DataFrame:
+    """Per request: summed drafts, draft tokens, accepted tokens and accepted tokens per position (``pos<j>``)."""
+    rows = {}
+    for r in g.itertuples(index=False):
+        d = rows.setdefault(r.request_index, {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0})
+        for col, name in (("num_drafts", "drafts"), ("num_draft_tokens", "draft_tokens"),
+                          ("num_accepted_tokens", "accepted")):
+            v = getattr(r, col)
+            d[name] += 0.0 if v is None or v != v else float(v)
+        per = r.accepted_per_pos
+        if per is not None and not (isinstance(per, float) and math.isnan(per)):
+            for j, x in enumerate(per, start=1):
+                d[f"pos{j}"] = d.get(f"pos{j}", 0.0) + float(x)
+    return pd.DataFrame.from_dict(rows, orient="index").fillna(0.0).sort_index()
+
+
+def pooled_acceptance_intervals(g: pd.DataFrame) -> dict[str, Interval]:
+    """Pooled acceptance rate and per-position rates of some points, resampling requests (all their points together):
+    ``{"acceptance_rate": ..., "acceptance_rate_pos<j>": ...}``."""
+    c = _counter_sums(g)
+    if c.empty or c["drafts"].sum() == 0:
+        return {}
+    out = {}
+    if c["draft_tokens"].sum() > 0:
+        out["acceptance_rate"] = bootstrap_pooled_ratio_ci(c["accepted"].to_numpy(), c["draft_tokens"].to_numpy())
+    j = 1
+    while f"pos{j}" in c:
+        out[f"acceptance_rate_pos{j}"] = bootstrap_pooled_ratio_ci(c[f"pos{j}"].to_numpy(), c["drafts"].to_numpy())
+        j += 1
+    return out
+
+
+def speedup_drop_ci(sd0: pd.Series, base0: pd.Series, sd: pd.Series, base: pd.Series) -> Interval:
+    """100 (s(B0) - s(B)) / s(B0) with the four mean throughputs resampled together over the requests all four
+    served; the estimate is from all successful points (as the metric)."""
+    common = sorted(set(sd0.dropna().index) & set(base0.dropna().index) & set(sd.dropna().index)
+                    & set(base.dropna().index))
+    est = 100.0 * (1.0 - (sd.mean() / base.mean()) / (sd0.mean() / base0.mean()))
+    if not common:
+        return Interval(est, math.nan, math.nan, 0)
+    iv = bootstrap_function_ci([x.reindex(common).to_numpy() for x in (sd0, base0, sd, base)],
+                               lambda a0, b0, a, b: 100.0 * (1.0 - (a / b) / (a0 / b0)))
+    return Interval(est, iv.low, iv.high, iv.n)
 
 
 def pooled_acceptance(ok: pd.DataFrame) -> dict:
@@ -156,7 +259,9 @@ def lossless_detail(points: pd.DataFrame) -> pd.DataFrame:
     ``compared``: successful SD points whose no-SD point (same dataset, request, B) succeeded too;
     ``identical``: of those, outputs equal to no SD's token for token (the first sequence of each batch);
     ``batch_consistent``: successful points whose B sequences are all equal; ``counter_warnings``:
-    successful points whose SD counters were inconsistent (their ``error`` field).
+    successful points whose SD counters were inconsistent (their ``error`` field). Acceptance length and
+    rate carry 95 % bootstrap intervals over requests (``*_ci_low``, ``*_ci_high``; ``requests`` = n), each
+    request's points (all batch sizes) resampled together.
     """
 
     ok = _ok(points)
@@ -173,6 +278,11 @@ def lossless_detail(points: pd.DataFrame) -> pd.DataFrame:
             first = failed["error"].dropna().astype(str)
             first_warn = warn["error"].dropna().astype(str)
             acc = pooled_acceptance(gok) if method != "none" else {}
+            ivs = pooled_acceptance_intervals(gok) if method != "none" and len(gok) else {}
+            c = _counter_sums(gok) if method != "none" and len(gok) else pd.DataFrame()
+            len_iv = (bootstrap_function_ci([c["accepted"], c["drafts"]], lambda a, d: 1 + a / d, reduce="sum")
+                      if len(c) and c["drafts"].sum() > 0 else Interval(math.nan, math.nan, math.nan, 0))
+            rate_iv = ivs.get("acceptance_rate", Interval(math.nan, math.nan, math.nan, 0))
             cmp_pts = int(same.loc[(exp, cfg), "points"]) if (exp, cfg) in same.index else 0
             ident = int(same.loc[(exp, cfg), "identical"]) if (exp, cfg) in same.index else 0
             distinct = pd.to_numeric(gok["distinct_outputs"], errors="coerce") if "distinct_outputs" in gok else None
@@ -185,7 +295,10 @@ def lossless_detail(points: pd.DataFrame) -> pd.DataFrame:
                 "acceptance_length_mean": float(gok["acceptance_length"].mean()) if method != "none" and len(gok)
                 else math.nan,
                 "acceptance_length": acc.get("acceptance_length", math.nan),
+                "acceptance_length_ci_low": len_iv.low, "acceptance_length_ci_high": len_iv.high,
                 "acceptance_rate": acc.get("acceptance_rate", math.nan),
+                "acceptance_rate_ci_low": rate_iv.low, "acceptance_rate_ci_high": rate_iv.high,
+                "requests": int(gok["request_index"].nunique()),
                 "acceptance_rate_per_pos": " ".join(f"{x:.4f}" for x in acc.get("acceptance_rate_per_pos", [])),
                 "counter_warnings": len(warn),
                 "first_error": first.iloc[0] if len(first) else "",
@@ -234,12 +347,18 @@ def engine_metrics(points: pd.DataFrame, run_kind: str) -> dict:
         pre = f"engine.{r.exp}.{r.dataset}.{r.config}"
         b = f"b{int(r.batch_size)}"
         if _finite(r.throughput):
-            out[f"{pre}.throughput.{b}"] = float(r.throughput)
+            out.update(interval_metrics(f"{pre}.throughput.{b}", Interval(
+                float(r.throughput), r.throughput_ci_low, r.throughput_ci_high, int(r.requests))))
         if r.method != "none":
             if _finite(r.speedup):
-                out[f"{pre}.speedup.{b}"] = float(r.speedup)
+                out.update(interval_metrics(f"{pre}.speedup.{b}", Interval(
+                    float(r.speedup), r.speedup_ci_low, r.speedup_ci_high, int(r.speedup_n))))
             if _finite(r.acceptance_length):
-                out[f"{pre}.acceptance_length.{b}"] = float(r.acceptance_length)
+                out.update(interval_metrics(f"{pre}.acceptance_length.{b}", Interval(
+                    float(r.acceptance_length), r.acceptance_length_ci_low, r.acceptance_length_ci_high,
+                    int(r.requests))))
+    ok = _ok(points)
+    tput = {key: _per_request(g, "throughput") for key, g in ok.groupby(GROUP)}
     # speedup drop from the smallest batch size to every other one
     sd = t[(t["method"] != "none") & t["speedup"].notna()]
     for (exp, ds, cfg), g in sd.groupby(["exp", "dataset", "config"]):
@@ -247,22 +366,20 @@ def engine_metrics(points: pd.DataFrame, run_kind: str) -> dict:
         b0, s0 = int(g["batch_size"].iloc[0]), float(g["speedup"].iloc[0])
         for r in g.iloc[1:].itertuples(index=False):
             if s0:
-                out[f"engine.{exp}.{ds}.{cfg}.speedup_drop_pct.b{b0}_b{int(r.batch_size)}"] = \
-                    100.0 * (s0 - float(r.speedup)) / s0
-    # pooled acceptance rates from the counters
-    ok = _ok(points)
+                b = int(r.batch_size)
+                iv = speedup_drop_ci(tput[(exp, ds, cfg, b0)], tput[(exp, ds, "none", b0)], tput[(exp, ds, cfg, b)],
+                                     tput[(exp, ds, "none", b)])
+                out.update(interval_metrics(f"engine.{exp}.{ds}.{cfg}.speedup_drop_pct.b{b0}_b{b}", iv))
+    # pooled acceptance rates from the counters, resampled over requests
     ok = ok[ok["method"] != "none"]
     for (exp, ds, cfg), g in ok.groupby(["exp", "dataset", "config"]):
         pre = f"engine.{exp}.{ds}.{cfg}"
-        a = pooled_acceptance(g)
-        for j, x in enumerate(a["acceptance_rate_per_pos"], start=1):
-            out[f"{pre}.acceptance_rate_pos{j}"] = x
+        for name, iv in pooled_acceptance_intervals(g).items():
+            if name != "acceptance_rate":
+                out.update(interval_metrics(f"{pre}.{name}", iv))
         for b, gb in g.groupby("batch_size"):
-            ab = pooled_acceptance(gb)
-            if _finite(ab["acceptance_rate"]):
-                out[f"{pre}.acceptance_rate.b{int(b)}"] = ab["acceptance_rate"]
-            for j, x in enumerate(ab["acceptance_rate_per_pos"], start=1):
-                out[f"{pre}.acceptance_rate_pos{j}.b{int(b)}"] = x
+            for name, iv in pooled_acceptance_intervals(gb).items():
+                out.update(interval_metrics(f"{pre}.{name}.b{int(b)}", iv))
     for r in identical_by_dataset(points).itertuples(index=False):
         if r.points:
             out[f"engine.{r.exp}.{r.dataset}.{r.config}.identical_fraction"] = r.identical / r.points
@@ -322,7 +439,8 @@ def paper_engine_values(registry: str | Path | None) -> dict[str, float]:
         return {}
     from ..claims import load_claims
 
-    return {c.measured_by: c.value for c in load_claims(registry) if c.evidence == "engine" and c.measured_by}
+    return {c.measured_by: c.plotted_value for c in load_claims(registry)
+            if c.evidence == "engine" and c.measured_by and c.plotted_value is not None}
 
 
 
@@ -353,12 +471,14 @@ def request_bleu(points: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
 def bleu_relative_table(bleu: pd.DataFrame, edges) -> pd.DataFrame:
     """Fig. 9 from engine runs: per BLEU-4 bucket and B, n-gram's mean throughput over EAGLE's, minus 1, in %.
 
-    Columns exp, dataset, config, reference, batch_size, bucket, lo, hi, requests, rel_pct. EAGLE = ``eagle-k3``
-    (else ``eagle3-k3``) of the same experiment; a bucket without requests has no row.
+    Columns exp, dataset, config, reference, batch_size, bucket, lo, hi, requests, rel_pct, ci_low, ci_high
+    (the interval of rel_pct, paired over the bucket's requests). EAGLE = ``eagle-k3`` (else ``eagle3-k3``) of
+    the same experiment; a bucket without requests has no row.
     """
     from ..bleu import bucket_of
 
-    cols = ["exp", "dataset", "config", "reference", "batch_size", "bucket", "lo", "hi", "requests", "rel_pct"]
+    cols = ["exp", "dataset", "config", "reference", "batch_size", "bucket", "lo", "hi", "requests", "rel_pct",
+            "ci_low", "ci_high"]
     rows = []
     if bleu.empty:
         return pd.DataFrame(columns=cols)
@@ -367,20 +487,27 @@ def bleu_relative_table(bleu: pd.DataFrame, edges) -> pd.DataFrame:
         ref = next((c for c in ("eagle-k3", "eagle3-k3") if c in set(g["config"])), None)
         if ref is None:
             continue
-        mean = g.groupby(["config", "batch_size", "bucket"])["throughput"].agg(["mean", "count"])
+        cells = {key: c.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+                 for key, c in g.groupby(["config", "batch_size", "bucket"])}
         for cfg in sorted(c for c in set(g["config"]) if c.startswith("ngram-")):
-            for (b, k), r in mean.loc[cfg].iterrows():
-                if (ref, b, k) in mean.index:
+            for (c_, b, k), tp in sorted((key, v) for key, v in cells.items() if key[0] == cfg):
+                if (ref, b, k) in cells:
+                    iv = paired_speedup_ci(tp, cells[(ref, b, k)])
                     rows.append({"exp": exp, "dataset": ds, "config": cfg, "reference": ref, "batch_size": int(b),
-                                 "bucket": int(k), "lo": edges[k], "hi": edges[k + 1], "requests": int(r["count"]),
-                                 "rel_pct": 100.0 * (r["mean"] / mean.loc[(ref, b, k), "mean"] - 1.0)})
+                                 "bucket": int(k), "lo": edges[k], "hi": edges[k + 1], "requests": int(len(tp)),
+                                 "rel_pct": 100.0 * (iv.estimate - 1.0), "ci_low": 100.0 * (iv.low - 1.0),
+                                 "ci_high": 100.0 * (iv.high - 1.0)})
     return pd.DataFrame(rows, columns=cols)
 
 
 def bleu_bucket_metrics(table: pd.DataFrame, edges) -> dict[str, float]:
-    """Keys ``engine.<exp>.<dataset>.<ngram config>.rel_to_eagle_pct.bleu<lo>-<hi>.b<B>`` of :func:`bleu_relative_table`."""
-    return {f"engine.{r.exp}.{r.dataset}.{r.config}.rel_to_eagle_pct.bleu{r.lo:.1f}-{r.hi:.1f}.b{r.batch_size}": r.rel_pct
-            for r in bleu_relative_table(table, edges).itertuples(index=False)}
+    """Keys ``engine.<exp>.<dataset>.<ngram config>.rel_to_eagle_pct.bleu<lo>-<hi>.b<B>`` of :func:`bleu_relative_table`
+    (with their intervals)."""
+    out: dict[str, float] = {}
+    for r in bleu_relative_table(table, edges).itertuples(index=False):
+        key = f"engine.{r.exp}.{r.dataset}.{r.config}.rel_to_eagle_pct.bleu{r.lo:.1f}-{r.hi:.1f}.b{r.batch_size}"
+        out.update(interval_metrics(key, Interval(r.rel_pct, r.ci_low, r.ci_high, r.requests)))
+    return out
 
 
 # --- summaries over points -----------------------------------------------------------------

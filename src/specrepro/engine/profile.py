@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+import traceback
 from typing import Any, Mapping
 
 import pandas as pd
 
-from .args import BenchSpec, apply_engine_env, engine_kwargs, import_vllm
+from ..io import SpecReproError
+from .args import BenchSpec, error_line, open_llm, sampling_kwargs
 from .bench import _warmup, batch_prompts, plan_points
+from .progress import Progress
 
 
 def run_profile(
     spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], *, model_dir: str, drafter_dir: str | None = None,
-    cost_sweep: Mapping[str, Any] | None = None, log=sys.stderr,
+    cost_sweep: Mapping[str, Any] | None = None, log=sys.stderr, record: dict | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """Profile every (dataset, request, B) point of ``spec`` with vLLM's phase scopes.
 
@@ -22,26 +26,38 @@ def run_profile(
     The steps come from a separate sweep of synthetic prompts with known step shapes (``cost_sweep``:
     batch_sizes, prompt_lens, max_tokens), only for configurations whose shapes are known (no SD, or a
     draft model identical to the target); otherwise the steps table is empty.
+
+    ``record`` gets the job's ``status`` (``ok``, or ``failed`` when the engine did not start: then the
+    three tables are empty and ``error`` holds vLLM's error line), ``llm_kwargs``, ``points``, ``elapsed_s``.
     """
     from .breakdown import SCOPE_ENV, phase_breakdown, profile_generate
 
+    t_job = time.perf_counter()
+    record = {} if record is None else record
+    record.update(status="ok", error=None, image=spec.image, points=0, llm_kwargs=None)
     os.environ[SCOPE_ENV] = "1"  # before the first LLM(): vLLM reads it when it builds the model runner
-    apply_engine_env(spec)
-    import_vllm()
-    from vllm import LLM, SamplingParams, TokensPrompt
+    kw: dict = {}
+    try:
+        llm = open_llm(spec, model_dir, drafter_dir, cost_sweep=cost_sweep, log=log, record=kw)
+        if spec.engine.get("warmup", True):
+            _warmup(llm, spec, prompts)
+    except SpecReproError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot start is this job's result
+        traceback.print_exc(file=log)
+        record.update(status="failed", error=error_line(exc), llm_kwargs=kw or None,
+                      elapsed_s=time.perf_counter() - t_job)
+        print(f"{spec.exp} {spec.label}: the engine did not start: {record['error']}", file=log)
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    record["llm_kwargs"] = kw
+    from vllm import SamplingParams, TokensPrompt
 
-    kw = engine_kwargs(spec, model_dir, drafter_dir)
-    if cost_sweep:
-        kw["max_num_batched_tokens"] = max(
-            int(max(cost_sweep["batch_sizes"]) * max(cost_sweep["prompt_lens"])), kw.get("max_num_batched_tokens", 0) or 0,
-            8192)
-    llm = LLM(**kw)
-    if spec.engine.get("warmup", True):
-        _warmup(llm, spec, prompts)
     events, rows = [], []
-    for ds, r, b in plan_points(spec, prompts):
+    points = plan_points(spec, prompts)
+    progress = Progress(f"{spec.exp} {spec.label} (profiled)", len(points), stream=log)
+    for ds, r, b in points:
         table = prompts[ds]
-        sp = SamplingParams(temperature=float(spec.engine.get("temperature", 0)), max_tokens=int(spec.datasets[ds]))
+        sp = SamplingParams(**sampling_kwargs(spec, ds))
         ids = batch_prompts(spec, table, r, b)
         _, ev = profile_generate(llm, [TokensPrompt(prompt_token_ids=p) for p in ids], sp)
         bd = phase_breakdown(ev.assign(run=0)).drop(columns="run").iloc[0].to_dict()
@@ -49,7 +65,7 @@ def run_profile(
                      "dataset": ds, "request_index": r, "batch_size": b, **bd})
         if r == 0:
             events.append(ev.assign(dataset=ds, request_index=r, batch_size=b))
-        print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: verification {bd['verification_share']:.1%}", file=log)
+        progress.step(f"{ds} request {r} B={b}, verification {bd['verification_share']:.1%}")
     steps = pd.DataFrame()
     if cost_sweep:
         from .costfit import profile_sweep
@@ -58,4 +74,5 @@ def run_profile(
                               max_tokens=int(cost_sweep["max_tokens"]), method=spec.method, k=spec.k)
         steps.insert(0, "exp", spec.exp)
     ev = pd.concat(events, ignore_index=True) if events else pd.DataFrame()
+    record.update(points=len(rows), elapsed_s=time.perf_counter() - t_job)
     return ev, pd.DataFrame(rows), steps

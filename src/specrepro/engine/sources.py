@@ -2,7 +2,7 @@
 
 The engines the GPU images install cannot run on a CPU-only machine, but their PyPI source
 distributions hold the code that parses every argument a job passes. :func:`source_tree` downloads
-one (through PyPI's JSON API, whose file URLs may be relative), checks its SHA-256 against the pin
+one (its URL from PyPI's simple index, else its JSON API), checks its SHA-256 against the pin
 below, and unpacks it into a cache outside the repository (``$SPECREPRO_CACHE/sdists``, default
 ``~/.cache/specrepro/sdists``); later calls reuse the unpacked tree.
 """
@@ -40,6 +40,7 @@ PINNED: dict[tuple[str, str], Sdist] = {
 }
 
 PYPI_JSON = "https://pypi.org/pypi/{package}/{version}/json"
+PYPI_SIMPLE = "https://pypi.org/simple/{package}/"
 
 
 def cache_dir() -> Path:
@@ -48,17 +49,33 @@ def cache_dir() -> Path:
 
 
 def _sdist_url(package: str, version: str, filename: str) -> str:
+    """The download URL of ``filename``: PyPI's simple index (PEP 691 JSON), else its JSON API.
+
+    Some PyPI mirrors and proxies answer only the simple index (the per-version JSON API gives 404)."""
+    errors = []
+    simple = PYPI_SIMPLE.format(package=package)
+    try:
+        req = urllib.request.Request(simple, headers={"Accept": "application/vnd.pypi.simple.v1+json",
+                                                      "User-Agent": "specrepro"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            for f in json.load(r).get("files", []):
+                if f.get("filename") == filename:
+                    return urllib.parse.urljoin(simple, f["url"])
+        errors.append(f"{simple} lists no {filename}")
+    except (OSError, ValueError) as exc:
+        errors.append(f"{simple}: {exc}")
     api = PYPI_JSON.format(package=package, version=version)
     try:
         with urllib.request.urlopen(urllib.request.Request(api, headers={"User-Agent": "specrepro"}), timeout=60) as r:
             meta = json.load(r)
-    except OSError as exc:
-        raise SpecReproError(f"{package} {version}: PyPI's JSON API ({api}) is unreachable ({exc}); "
-                             f"put {filename} in {cache_dir()} by hand") from None
-    for f in meta.get("urls", []):
-        if f.get("filename") == filename:
-            return urllib.parse.urljoin(api, f["url"])
-    raise SpecReproError(f"{package} {version}: PyPI lists no file {filename}")
+        for f in meta.get("urls", []):
+            if f.get("filename") == filename:
+                return urllib.parse.urljoin(api, f["url"])
+        errors.append(f"{api} lists no {filename}")
+    except (OSError, ValueError) as exc:
+        errors.append(f"{api}: {exc}")
+    raise SpecReproError(f"{package} {version}: no download URL of {filename} ({'; '.join(errors)}); "
+                         f"put it in {cache_dir()} by hand")
 
 
 def sdist_archive(package: str, version: str) -> Path:

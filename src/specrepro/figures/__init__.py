@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import style as _style
+from ..engine.trees import experiment_engine, tree_study
 
 #: modules of this package that define a figure or table, in report order
 MODULES = (
@@ -26,15 +27,22 @@ MODULES = (
     "sim_fig09",
     "sim_beyond_table",
     "sim_beyond_figure",
+    "today_figure",
+    "today_table",
     "engine_speedup",
+    "engine_tree",
+    "engine_tree_table",
     "engine_reasoning",
     "engine_lossless",
     "engine_runtime",
+    "engine_jobs",
     "engine_bleu",
     "engine_breakdown",
     "engine_memory",
     "engine_costfit",
     "engine_trends",
+    "digitiser_table",
+    "sizing_validation",
 )
 
 
@@ -99,7 +107,7 @@ class TraceContext:
     params: dict  #: the config's ``figures`` section
     run_kind: str = ""  #: the run config's ``run.kind`` ("cpu" or "gpu")
     #: engine subject only: the experiments in config order, each a dict with name, model, model_label,
-    #: datasets, methods, batch_sizes, thinking
+    #: datasets, methods, batch_sizes, thinking, engine ("vllm" or "sglang"), tree_study (Fig. 2's)
     experiments: tuple = ()
     model_labels: dict = field(default_factory=dict)
 
@@ -134,6 +142,7 @@ def engine_context(run_config: dict) -> TraceContext:
             "name": e["name"], "model": model, "model_label": (models.get(model) or {}).get("label", model),
             "datasets": list(e.get("datasets", [])), "methods": list(e.get("methods", [])),
             "batch_sizes": [int(b) for b in e.get("batch_sizes", [])], "thinking": bool(e.get("thinking", False)),
+            "engine": experiment_engine(e), "tree_study": tree_study(e),
         })
     return TraceContext(
         subject=ENGINE_SUBJECT,
@@ -153,6 +162,11 @@ def trace_context(run_config: dict, traceset: str) -> TraceContext:
     sets = run_config.get("trace_sets", {})
     if traceset == ENGINE_SUBJECT and traceset not in sets:
         return engine_context(run_config)
+    other = run_config.get("subjects", {})
+    if traceset not in sets and traceset in other:  # a subject that is neither a trace set nor the engine runs
+        return TraceContext(subject=traceset, subject_label=other[traceset].get("label", traceset), datasets=(),
+                            dataset_labels={}, proposers={}, params=dict(run_config.get("figures", {})),
+                            run_kind=str(run_config.get("run", {}).get("kind", "")))
     if traceset not in sets:
         from ..io import SpecReproError
 

@@ -24,17 +24,24 @@ ROWS = (
 
 
 def _s(df, ds, prop, pol, **modes):
+    """speedup, ci_low, ci_high by batch size (None if not simulated)."""
     s = series(df, ds, prop, pol, **modes)
-    return None if s.empty else s.set_index("batch_size")["speedup"]
+    return None if s.empty else s.set_index("batch_size").reindex(columns=["speedup", "ci_low", "ci_high"])
 
 
 def _max(*xs):
+    """Per batch size the row (speedup and its interval) of the largest speedup."""
     xs = [x for x in xs if x is not None]
-    return pd.concat(xs, axis=1).max(axis=1) if xs else None
+    if not xs:
+        return None
+    both = pd.concat(xs, keys=range(len(xs)), names=["_src", "batch_size"]).reset_index()
+    best = both.sort_values(["batch_size", "speedup", "_src"], ascending=[True, False, True], kind="mergesort")
+    return best.drop_duplicates("batch_size").set_index("batch_size")[["speedup", "ci_low", "ci_high"]]
 
 
 def comparison(df: pd.DataFrame, datasets) -> pd.DataFrame:
-    """Tidy rows: dataset, row, label, batch_size, speedup, requests (where one run defines it)."""
+    """Tidy rows: dataset, row, label, batch_size, speedup, ci_low, ci_high (the interval of the run the value comes
+    from; none for continuous batching)."""
     out = []
     for ds in datasets:
         get = {
@@ -60,7 +67,8 @@ def comparison(df: pd.DataFrame, datasets) -> pd.DataFrame:
                 continue
             if key == "combine_equal" and n_equal is not None:
                 label = f"{label} ({n_equal} drawn)"
-            for b, v in s.items():
+            for b, v in s.iterrows():
                 out.append({"dataset": ds, "row": key, "label": label.strip(), "indent": label.startswith("  "),
-                            "batch_size": int(b), "speedup": float(v)})
+                            "batch_size": int(b), "speedup": float(v["speedup"]), "ci_low": float(v["ci_low"]),
+                            "ci_high": float(v["ci_high"])})
     return pd.DataFrame(out)

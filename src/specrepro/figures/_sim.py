@@ -64,8 +64,9 @@ def paper_values(registry: str | Path | None, traceset: str) -> dict[str, float]
     from ..claims import load_claims
 
     prefix = f"sim.{traceset}."
-    return {c.measured_by: c.value for c in load_claims(registry)
-            if c.evidence == "simulator" and c.measured_by and c.measured_by.startswith(prefix)}
+    return {c.measured_by: c.plotted_value for c in load_claims(registry)
+            if c.evidence == "simulator" and c.measured_by and c.measured_by.startswith(prefix)
+            and c.plotted_value is not None}
 
 
 def bs_axis(ax, batch_sizes) -> None:
@@ -74,3 +75,12 @@ def bs_axis(ax, batch_sizes) -> None:
     ax.set_xticklabels([str(b) if b not in (8,) else "" for b in batch_sizes])
     ax.grid(True, linestyle="--", linewidth=0.3, color="#bbbbbb")
     ax.set_axisbelow(True)
+
+
+def band(ax, s: pd.DataFrame, color: str, alpha: float = 0.15) -> None:
+    """The rows' 95 % intervals (columns ci_low, ci_high) as a shaded band behind their curve."""
+    if "ci_low" not in s or not s["ci_low"].notna().any():
+        return
+    ok = s["ci_low"].notna() & s["ci_high"].notna()
+    ax.fill_between(s.loc[ok, "batch_size"], s.loc[ok, "ci_low"], s.loc[ok, "ci_high"], color=color, alpha=alpha,
+                    linewidth=0, zorder=1)

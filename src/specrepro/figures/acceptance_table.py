@@ -18,7 +18,8 @@ SPEC = FigureSpec(
     caption=(
         "Tokens per verification step over all output positions ({subject_label}): mean, median and 90th "
         "percentile; the median over requests of the per-request mean; and the share of index-paired "
-        "positions where this proposer produces strictly more tokens than the other (the rest are ties)."
+        "positions where this proposer produces strictly more tokens than the other (the rest are ties). In "
+        "brackets: 95 % bootstrap intervals over requests (whole requests resampled; the CSV has every statistic's)."
     ),
     paper_statement=(
         "n-gram's acceptance is bimodal (mostly 1, sometimes very long) while EAGLE's is steadier; each "
@@ -32,6 +33,13 @@ def add_arguments(p) -> None:
     p.add_argument("--positions", nargs="+", required=True)
     p.add_argument("--csv", required=True, help="the same table as CSV")
     p.add_argument("--metrics", required=True, help="measured values for the claims table (JSON)")
+
+
+def _ci(row, col: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    lo, hi = getattr(row, f"{col}_ci_low", float("nan")), getattr(row, f"{col}_ci_high", float("nan"))
+    if pd.isna(lo) or pd.isna(hi):
+        return ""
+    return " {\\tiny [" + fmt.format(scale * lo) + ", " + fmt.format(scale * hi) + "]}"
 
 
 def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:
@@ -52,10 +60,11 @@ def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:
             lines.append(r"\addlinespace")
         ds = tex_escape(ctx.dataset_label(row.dataset)) if row.dataset != prev else ""
         prev = row.dataset
-        wins = "--" if pd.isna(row.wins) else f"{100 * row.wins:.1f}\\%"
+        wins = "--" if pd.isna(row.wins) else f"{100 * row.wins:.1f}\\%" + _ci(row, "wins", 100, "{:.1f}")
         lines.append(
             f"{ds} & {tex_escape(ctx.proposer_label(row.proposer))} & {row.requests:d} & {row.positions:,d} & "
-            f"{row.mean:.2f} & {row.median:.1f} & {row.p90:.1f} & {row.request_mean_median:.2f} & {wins} \\\\"
+            f"{row.mean:.2f}{_ci(row, 'mean')} & {row.median:.1f} & {row.p90:.1f} & "
+            f"{row.request_mean_median:.2f}{_ci(row, 'request_mean_median')} & {wins} \\\\"
         )
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)

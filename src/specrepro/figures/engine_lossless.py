@@ -21,12 +21,14 @@ SPEC = FigureSpec(
         "size) that can be compared with the no-SD point of the same request and batch size, how many gave the "
         "identical output token for token (identical/compared) (greedy decoding: SD should change nothing, but batched floating-point kernels "
         "may); acceptance length (1 + accepted / drafts) and acceptance rate (accepted / draft tokens) and the "
-        "acceptance rate of each draft position, all from vLLM's summed counters over the successful points; "
+        "acceptance rate of each draft position, all from vLLM's summed counters over the successful points, the "
+        "first two with their 95 % bootstrap interval over requests in brackets; "
         "failed points (failed/all) and the first error. On a CPU run the models are tiny and randomly initialised."
     ),
     paper_statement=(
         "With greedy sampling speculative decoding leaves the output unchanged; only speed differs between "
-        "methods. Acceptance falls with the draft position (GLM-4.5-Air MTP on GPQA: 0.92, 0.68, 0.38)."
+        "methods. Acceptance falls with the draft position (an earlier version of the authors' blog, not the paper: "
+        "GLM-4.5-Air MTP on GPQA 0.92, 0.68, 0.38)."
     ),
     data="engine runs",
 )
@@ -43,6 +45,14 @@ def _num(v, fmt: str = "{:.2f}") -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v):
         return "--"
     return fmt.format(v)
+
+
+def _ci(r, col: str) -> str:
+    """`` [low, high]`` in small type, or nothing without an interval."""
+    lo, hi = getattr(r, f"{col}_ci_low", math.nan), getattr(r, f"{col}_ci_high", math.nan)
+    if any(v is None or pd.isna(v) for v in (lo, hi)) or lo == hi:
+        return ""
+    return f" {{\\tiny [{lo:.2f}, {hi:.2f}]}}"
 
 
 def _short(text: str) -> str:
@@ -63,9 +73,10 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
         err = r.first_error or (f"(counters) {r.first_counter_warning}" if r.first_counter_warning else "")
         ident = "--" if r.method == "none" else f"{int(r.identical)}/{int(r.compared)}"
         err_tex = f"{{\\scriptsize {tex_breakable(_short(err))}}}" if err else "--"
-        cfg = tex_escape(config_label_text(r.method, k, ctx.proposers))
+        cfg = tex_escape(config_label_text(r.method, k, ctx.proposers, r.config))
         lines.append(
-            f"{exp} & {cfg} & {ident} & {_num(r.acceptance_length)} & {_num(r.acceptance_rate)} & {pos} & "
+            f"{exp} & {cfg} & {ident} & {_num(r.acceptance_length)}{_ci(r, 'acceptance_length')} & "
+            f"{_num(r.acceptance_rate)}{_ci(r, 'acceptance_rate')} & {pos} & "
             f"{int(r.failed)}/{int(r.points)} & {err_tex} \\\\"
         )
     if not len(t):

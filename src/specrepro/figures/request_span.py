@@ -7,7 +7,7 @@ import numpy as np
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..acceptance import request_means
+from ..acceptance import BOX_PERCENTILES, request_means
 from ._data import load_concat
 
 SPEC = FigureSpec(
@@ -42,8 +42,14 @@ def build(args, ctx: TraceContext) -> None:
         ax = axes[0][j]
         data = [rm[(rm["dataset"] == ds) & (rm["proposer"] == p)]["mean_acc_len"].to_numpy() for p in proposers]
         positions = np.arange(len(proposers))
-        bp = ax.boxplot(
-            data, positions=positions, widths=0.6, whis=(5, 95), showfliers=False, patch_artist=True,
+        # the percentiles themselves (as the claims' metrics compute them), not boxplot()'s whiskers, which
+        # stop at the most extreme request inside them
+        stats = []
+        for d in data:
+            p5, q1, med, q3, p95 = np.percentile(d, BOX_PERCENTILES) if len(d) else [np.nan] * 5
+            stats.append({"whislo": p5, "q1": q1, "med": med, "q3": q3, "whishi": p95, "fliers": []})
+        bp = ax.bxp(
+            stats, positions=positions, widths=0.6, showfliers=False, patch_artist=True,
             medianprops={"color": "black", "linewidth": 1.0},
         )
         for patch, p in zip(bp["boxes"], proposers):

@@ -20,7 +20,8 @@ SPEC = FigureSpec(
         "an online adaptive policy that sees only the past (EAGLE by default, n-gram once its cheap lookup "
         "matched all tokens the last step produced; k adapted per step); and continuous batching (B different "
         "requests in flight, a finished one replaced by the next; throughput while all B slots are busy) "
-        "instead of B copies of one request (those are in Fig. 10)."
+        "instead of B copies of one request (those are in Fig. 10). The CSV has each value's 95 % bootstrap interval "
+        "over the drawn requests (none for continuous batching, a throughput of the whole schedule)."
     ),
     paper_statement=(
         "Oracle Combine is presented as an upper bound (4.9x on InstructCoder at batch size 1) of what choosing "

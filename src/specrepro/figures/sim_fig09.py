@@ -11,6 +11,7 @@ from . import FigureSpec, TraceContext
 from . import style
 from ..bleu import bucket_of
 from ..io import SpecReproError, write_csv
+from ..uncertainty import bootstrap_ratio_ci
 
 SPEC = FigureSpec(
     name="fig09_bleu_ngram",
@@ -21,7 +22,8 @@ SPEC = FigureSpec(
         "Simulated throughput of n-gram over EAGLE (k = 3), in percent, for requests grouped by the token-level "
         "BLEU-4 of their output against their prompt ({subject_label}; all requests of each trace, each "
         "simulated as a batch of B copies in paper mode). A cell is the ratio of mean throughputs over its "
-        "requests; n under each bucket counts them. Top row: n-gram k = 3; bottom row: k = 5."
+        "requests; n under each bucket counts them; in brackets its 95 % bootstrap interval over those requests "
+        "(paired: both proposers on the same requests). Top row: n-gram k = 3; bottom row: k = 5."
     ),
     paper_statement=(
         "The more the output copies the prompt, the better n-gram does: on InstructCoder (Llama-3.1-8B, engine "
@@ -43,7 +45,8 @@ def add_arguments(p) -> None:
 
 def relative_improvement(batches: pd.DataFrame, bleu: pd.DataFrame, edges, ngram_policy: str,
                          eagle_policy: str) -> pd.DataFrame:
-    """One row per dataset x batch size x BLEU bucket: requests and n-gram/EAGLE throughput ratio - 1."""
+    """One row per dataset x batch size x BLEU bucket: requests and n-gram/EAGLE throughput ratio - 1, with its
+    95 % interval (``ci_low``, ``ci_high``; paired over the bucket's requests)."""
     edges = np.asarray(edges, dtype=float)
     b = bleu.assign(bucket=bucket_of(bleu["bleu"], edges))
     key = ["dataset", "batch_size", "request_id"]
@@ -54,10 +57,12 @@ def relative_improvement(batches: pd.DataFrame, bleu: pd.DataFrame, edges, ngram
     for (ds, bs), g in both.groupby(["dataset", "batch_size"], sort=False):
         for k in range(len(edges) - 1):
             cell = g[g["bucket"] == k]
-            rel = cell["sd_throughput_ngram"].mean() / cell["sd_throughput_eagle"].mean() - 1 if len(cell) else np.nan
+            iv = bootstrap_ratio_ci(cell["sd_throughput_ngram"].to_numpy(), cell["sd_throughput_eagle"].to_numpy())
             rows.append({"dataset": ds, "batch_size": int(bs), "ngram_policy": ngram_policy,
                          "eagle_policy": eagle_policy, "bleu_low": edges[k], "bleu_high": edges[k + 1],
-                         "requests": len(cell), "relative_improvement": rel})
+                         "requests": len(cell), "relative_improvement": iv.estimate - 1 if len(cell) else np.nan,
+                         "ci_low": iv.low - 1 if len(cell) > 1 else np.nan,
+                         "ci_high": iv.high - 1 if len(cell) > 1 else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -85,16 +90,23 @@ def build(args, ctx: TraceContext) -> None:
             bss = sorted(c["batch_size"].unique(), reverse=True)
             nb = len(args.bleu_edges) - 1
             m = np.full((len(bss), nb), np.nan)
+            lo, hi = m.copy(), m.copy()
             counts = np.zeros(nb, dtype=int)
             for r in c.itertuples(index=False):
                 k = int(np.argmin(np.abs(np.asarray(args.bleu_edges[:-1]) - r.bleu_low)))
-                m[bss.index(r.batch_size), k] = 100 * r.relative_improvement
+                y = bss.index(r.batch_size)
+                m[y, k], lo[y, k], hi[y, k] = (100 * v for v in (r.relative_improvement, r.ci_low, r.ci_high))
                 counts[k] = r.requests
             image = ax.imshow(m, cmap="RdBu", norm=norm, aspect="auto")
             for (y, x), v in np.ndenumerate(m):
                 if np.isfinite(v):
-                    ax.text(x, y, f"{v:+.0f}%", ha="center", va="center", fontsize=5.5,
-                            color="white" if abs(v) > 0.6 * vmax else "black")
+                    color = "white" if abs(v) > 0.6 * vmax else "black"
+                    has_ci = np.isfinite(lo[y, x]) and np.isfinite(hi[y, x])
+                    ax.text(x, y - (0.12 if has_ci else 0), f"{v:+.0f}%", ha="center", va="center", fontsize=5.5,
+                            color=color)
+                    if has_ci:
+                        ax.text(x, y + 0.22, f"[{lo[y, x]:+.0f},{hi[y, x]:+.0f}]", ha="center", va="center",
+                                fontsize=3.6, color=color)
             ax.set_yticks(range(len(bss)), [str(b) for b in bss])
             ax.set_xticks(range(nb), [f"{args.bleu_edges[k]:.1f}-{args.bleu_edges[k + 1]:.1f}\nn={counts[k]}"
                                       for k in range(nb)], fontsize=5, rotation=45, ha="right",

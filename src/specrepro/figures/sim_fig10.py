@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ._sim import POLICY_STYLE, bs_axis, load_summaries, paper_values, series
+from ._sim import POLICY_STYLE, band, bs_axis, load_summaries, paper_values, series
 
 SPEC = FigureSpec(
     name="fig10_sim_speedup",
@@ -17,7 +17,9 @@ SPEC = FigureSpec(
         "Speedup over no speculation, simulated from the released traces ({subject_label}) with the authors' "
         "H100 cost model (paper mode: 300 requests drawn with seed 42, a batch is B copies of one request). "
         "Top: n-gram, bottom: EAGLE; k = draft tokens per step; Oracle = verify exactly the tokens that will "
-        "be accepted. Black rings: the paper's values (digitised from its figure, paper/claims.yaml)."
+        "be accepted. Bands: 95 % bootstrap intervals over the 300 drawn requests (how much another draw of "
+        "requests would move a value; the paper's values are computed on the same draw). Black rings: the paper's "
+        "values (digitised from its figure, paper/claims.yaml)."
     ),
     paper_statement=(
         "Even an oracle that verifies only the tokens that will be accepted leaves a large gap above any fixed "
@@ -53,6 +55,7 @@ def build(args, ctx: TraceContext) -> None:
                 label, color, marker, ls = POLICY_STYLE[pol]
                 ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, linestyle=ls,
                         markersize=6 if marker == "*" else 3.5, label=label)
+                band(ax, s, color)
                 pts = [(b, paper[k]) for b in s["batch_size"]
                        if (k := f"sim.{ctx.subject}.{ds}.{prop}.{pol}.b{b}") in paper]
                 if pts:

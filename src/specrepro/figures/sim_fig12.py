@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ._sim import POLICY_STYLE, PROPOSER_STYLE, bs_axis, load_summaries, paper_values, series
+from ._sim import POLICY_STYLE, PROPOSER_STYLE, band, bs_axis, load_summaries, paper_values, series
 
 SPEC = FigureSpec(
     name="fig12_oracle_combine",
@@ -16,8 +16,9 @@ SPEC = FigureSpec(
     caption=(
         "Simulated speedup ({subject_label}, paper mode) of Oracle Combine, which verifies at each position the "
         "longer of the n-gram and EAGLE acceptances (positions paired by index) at n-gram drafting cost, against "
-        "each proposer's oracle (dotted) and fixed k = 1, 3, 5 (solid; circle, square, diamond). Black rings: "
-        "the paper's Oracle Combine values (digitised, paper/claims.yaml)."
+        "each proposer's oracle (dotted) and fixed k = 1, 3, 5 (solid; circle, square, diamond). Band: 95 % "
+        "bootstrap interval over the drawn requests of Oracle Combine (the other curves' are in the summary CSVs and "
+        "Fig. 10). Black rings: the paper's Oracle Combine values (digitised, paper/claims.yaml)."
     ),
     paper_statement=(
         "Choosing the better proposer at every position would reach 4.9x on InstructCoder at batch size 1 "
@@ -55,6 +56,7 @@ def build(args, ctx: TraceContext) -> None:
         s = series(df, ds, "combined", "oracle")
         plabel, color = PROPOSER_STYLE["combined"]
         ax.plot(s["batch_size"], s["speedup"], color=color, marker="*", linestyle=":", markersize=7, label=plabel)
+        band(ax, s, color)
         pts = [(b, paper[k]) for b in s["batch_size"] if (k := f"sim.{ctx.subject}.{ds}.combined.oracle.b{b}") in paper]
         if pts:
             ax.scatter(*zip(*pts), s=34, facecolors="none", edgecolors="black", linewidths=0.6, zorder=5,

