@@ -201,7 +201,7 @@ def test_engine_context():
     ctx = trace_context(RUN_CONFIG, "engine")
     assert ctx.subject_label == "engine runs (CPU, tiny models)" and ctx.run_kind == "cpu"
     assert ctx.datasets == ("d1", "d2") and ctx.dataset_label("d2") == "Data Two"
-    assert list(ctx.proposers) == ["none", "ngram", "eagle", "eagle3", "draft_model", "mtp"]
+    assert list(ctx.proposers) == ["none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix"]
     assert ctx.proposer_label("eagle3") == "EAGLE-3" and ctx.proposer_label("none") == "no SD"
     assert [e["name"] for e in ctx.experiments] == ["e1", "r1"] and ctx.experiments[1]["thinking"]
     assert ctx.experiments[0]["model_label"] == "Model One"
