@@ -45,31 +45,53 @@ def test_heldout_split_is_stratified_and_seeded():
     assert [sum(1 for x, y in zip(w, s) if x == k and y == "heldout") for k in "abc"] == [1, 2, 0]
 
 
+def _stages(fn, *args, **kw):
+    """Run a trainer and keep the state of each stage (untrained, closed form, trained)."""
+    out = {}
+    rec = fn(*args, on_stage=lambda n, s: out.__setitem__(n, {k: v.detach().clone() for k, v in s.items()}), **kw)
+    return out, rec
+
+
 def test_eagle_head_file_drafts_what_the_training_module_computes(tiny, tmp_path):
     import torch
 
     from specrepro.engine.traces import _EagleHead, _Model
 
     target, df, states = tiny
-    untrained, trained, rec = D.train_eagle(str(target), df, states, seed=0, epochs=1, lr=1e-3)
+    st, rec = _stages(D.train_eagle, str(target), df, states, seed=0, epochs=1, lr=1e-3)
     assert rec["train_sequences"] == 3 and rec["epoch_loss"][0] > 0
-    assert any(not torch.equal(untrained[k], trained[k]) for k in trained)
-    D.write_eagle(tmp_path / "head", trained, str(target))
+    assert list(st) == list(D.STAGES)
+    for a, b in (("untrained", "closed_form"), ("closed_form", "trained")):
+        assert any(not torch.equal(st[a][k], st[b][k]) for k in st[b])
     _, w = D._load_target(str(target))
-    EagleHead, _ = D._Torch.modules()
-    cfg = D._hf_config(_Model(target).config, 1)
-    mod = EagleHead(cfg, w["model.embed_tokens.weight"])
-    mod.load_state_dict(trained, strict=False)
-    head = _EagleHead(_Model(tmp_path / "head"), _Model(target), eagle3=False)
+    _, EagleHead, _ = D._torch_modules()
+    for stage in D.STAGES:
+        D.write_eagle(tmp_path / stage, st[stage], str(target))
+        mod = EagleHead(_Model(target).config, w["model.embed_tokens.weight"])
+        mod.load_state_dict(st[stage], strict=True)
+        head = _EagleHead(_Model(tmp_path / stage), _Model(target), eagle3=False)
+        with torch.inference_mode():
+            for i in range(len(df)):
+                p = np.asarray(df["prompt_token_ids"][i])
+                o = np.asarray(df["output_token_ids"][i])
+                s, h = D.sequences(df)[i], torch.as_tensor(states[i])
+                drafts = head.drafts(p, o, 1, hidden=h[:-1])[:, 0]
+                f = mod(torch.as_tensor(s[1:])[None], h[:-1][None])[0]
+                want = torch.nn.functional.linear(f, w["lm_head.weight"]).argmax(-1).numpy()[np.arange(len(o)) + len(p) - 2]
+                assert np.array_equal(drafts, want)
+
+
+def test_untrained_head_guesses_the_verified_token_again(tiny):
+    """The untrained head passes the target's hidden state through: its first draft is the token the
+    target just chose (what the held-out 'untrained' acceptance measures)."""
+    import torch
+
+    target, df, states = tiny
+    head, cfg, w = D.eagle_init(str(target))
+    s, h = D.sequences(df)[0], torch.as_tensor(states[0])
     with torch.inference_mode():
-        for i in range(len(df)):
-            p = np.asarray(df["prompt_token_ids"][i])
-            o = np.asarray(df["output_token_ids"][i])
-            s, h = D.sequences(df)[i], torch.as_tensor(states[i])
-            drafts = head.drafts(p, o, 1, hidden=h[:-1])[:, 0]
-            f = mod(torch.as_tensor(s[1:]), h[:-1])
-            want = torch.nn.functional.linear(f, w["lm_head.weight"]).argmax(-1).numpy()[np.arange(len(o)) + len(p) - 2]
-            assert np.array_equal(drafts, want)
+        f = head(torch.as_tensor(s[1:])[None], h[:-1][None])[0]
+    assert torch.allclose(f, h[:-1], atol=1e-5)
 
 
 def test_draft_model_file_computes_what_the_training_module_computes(tiny, tmp_path):
@@ -78,18 +100,35 @@ def test_draft_model_file_computes_what_the_training_module_computes(tiny, tmp_p
     from specrepro.engine.traces import _Model, llama_forward
 
     target, df, states = tiny
-    _, trained, rec = D.train_draft(str(target), df, states, layers=[1], seed=0, epochs=1, lr=1e-3)
+    st, rec = _stages(D.train_draft, str(target), df, states, layers=[1], seed=0, epochs=1, lr=1e-3)
     assert "target layers [1]" in rec["init"]
     _, w = D._load_target(str(target))
-    D.write_draft(tmp_path / "draft", trained, str(target), w["model.embed_tokens.weight"], w["lm_head.weight"])
-    _, Shallow = D._Torch.modules()
-    mod = Shallow(D._hf_config(_Model(target).config, 1), w["model.embed_tokens.weight"])
-    mod.load_state_dict(trained, strict=False)
+    _, _, Llama = D._torch_modules()
     s = D.sequences(df)[0]
+    for stage in D.STAGES:
+        D.write_draft(tmp_path / stage, st[stage], str(target), w["model.embed_tokens.weight"], w["lm_head.weight"])
+        mod = Llama(_Model(target).config, w["model.embed_tokens.weight"], 1)
+        mod.load_state_dict(st[stage], strict=True)
+        with torch.inference_mode():
+            logits, _, _ = llama_forward(_Model(tmp_path / stage), s)
+            want = torch.nn.functional.linear(mod(torch.as_tensor(s)[None])[0], w["lm_head.weight"])
+        assert torch.allclose(logits, want, atol=1e-4)
+
+
+def test_target_states_are_the_trace_codes_hidden_states(tiny):
+    """train-states (torch, batched, right-padded) gives the teacher-forced normed hidden states."""
+    import torch
+
+    from specrepro.engine.traces import _Model, llama_forward
+
+    target, df, states = tiny
+    got, _ = D.target_states(str(target), D.sequences(df), dtype="float32", batch=3)
+    assert np.allclose(got, np.concatenate(states), atol=1e-4)
+    seqs = [D.sequences(df)[0][:n] for n in (5, 19, 11)]  # padded batches of unequal lengths
+    got, _ = D.target_states(str(target), seqs, dtype="float32", batch=2)
     with torch.inference_mode():
-        logits, _, _ = llama_forward(_Model(tmp_path / "draft"), s)
-        want = torch.nn.functional.linear(mod(torch.as_tensor(s)), w["lm_head.weight"])
-    assert torch.allclose(logits, want, atol=1e-4)
+        want = np.concatenate([llama_forward(_Model(target), q)[1].numpy() for q in seqs])
+    assert np.allclose(got, want, atol=1e-4)
 
 
 def test_bad_draft_layers_are_one_line(tiny):

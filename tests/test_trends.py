@@ -64,3 +64,9 @@ def test_paper_ranking_from_acceptance_metrics_and_drafter_records(tmp_path):
         "heldout_trained": {"k": 3, "mean_acceptance_length": 1.09, "positions": 900, "requests": 15}}}))
     (row,) = T.drafter_rows([man])
     assert row["shown"] is True and "untrained 1.02, trained 1.09" in row["measured"] and "61 s" in row["measured"]
+    rec = json.loads(man.read_text())
+    rec["training"]["heldout_closed_form"] = {"k": 3, "mean_acceptance_length": 1.38}
+    rec["training"]["heldout_trained"]["mean_acceptance_length"] = 1.01
+    man.write_text(json.dumps(rec))
+    (row,) = T.drafter_rows([man])
+    assert row["shown"] is False and "untrained 1.02, least-squares fit 1.38, trained 1.01" in row["measured"]

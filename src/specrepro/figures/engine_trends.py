@@ -151,11 +151,14 @@ def drafter_rows(manifests) -> list[dict]:
         m = read_json(path)
         tr = (m or {}).get("training") or {}
         u, t = tr.get("heldout_untrained") or {}, tr.get("heldout_trained") or {}
+        cf = tr.get("heldout_closed_form") or {}
         if not tr:
             continue
         out.append({
             "check": f"trained {tr.get('kind')} beats its untrained start (held-out, k = {t.get('k', 3)})",
-            "measured": (f"untrained {_fmt(u.get('mean_acceptance_length'))}, trained {_fmt(t.get('mean_acceptance_length'))}"
+            "measured": (f"untrained {_fmt(u.get('mean_acceptance_length'))}"
+                         + (f", least-squares fit {_fmt(cf.get('mean_acceptance_length'))}" if cf else "")
+                         + f", trained {_fmt(t.get('mean_acceptance_length'))}"
                          f" over {t.get('positions')} positions of {t.get('requests')} held-out requests;"
                          f" training {_fmt(tr.get('train_s'), '{:.0f}')} s, {tr.get('epochs')} epoch(s)"),
             "paper": "(not a paper finding)",
