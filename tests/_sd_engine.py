@@ -1,8 +1,10 @@
 """Shared vLLM runs for test_breakdown / test_costfit / test_memory (engine tests).
 
-vLLM allows one ``LLM`` per process and reads ``VLLM_CUSTOM_SCOPES_FOR_PROFILING`` once, so each
-scenario runs in its own Python subprocess, once per test session (cached here), and leaves its
-results as files: profiler events, per-step timings of a small sweep, and vLLM's memory report.
+vLLM allows one ``LLM`` per process, so each scenario runs in its own Python subprocess, once per
+test session (cached here), and leaves its results as files: the instrumentation plugin's step
+records of one profiled ``generate`` (timing, phase intervals, acceptance), vLLM's own profiler
+scopes of the same call (``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``, an independent clock for the same
+phases), vLLM's counters, per-step timings of a small cost-fit sweep, and vLLM's memory report.
 """
 
 from __future__ import annotations
@@ -51,11 +53,12 @@ def build_tiny_llama(out: Path) -> Path:
 
 
 SCRIPT = r'''
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 from vllm import LLM, SamplingParams
-from specrepro.engine.breakdown import profile_generate
 from specrepro.engine.costfit import profile_prompts, profile_sweep
+from specrepro.engine.counters import counter_delta, read_counters
+from specrepro.engine.instrument import StepLog, rpc_status
 from specrepro.io import write_parquet
 from specrepro.engine.memory import vllm_reported_memory
 
@@ -66,18 +69,30 @@ if method == "draft_model":
     spec = {"method": "draft_model", "model": model, "num_speculative_tokens": cfg["k"]}
 llm = LLM(model=model, enforce_eager=True, dtype="float32", gpu_memory_utilization=0.3, disable_log_stats=False,
           speculative_config=spec, max_num_batched_tokens=1024)
+status = llm.collective_rpc(rpc_status)
+log = StepLog(os.environ["SPECREPRO_INSTRUMENT_DIR"])
 vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
 sp = SamplingParams(max_tokens=cfg["max_tokens_breakdown"], ignore_eos=True, temperature=0.0)
 llm.generate(profile_prompts(cfg["b"], cfg["p"], vocab, offset=7), sp, use_tqdm=False)  # warm-up
-outs, ev = profile_generate(llm, profile_prompts(cfg["b"], cfg["p"], vocab), sp)
-write_parquet(out / "events.parquet", ev)
-steps = profile_sweep(llm, batch_sizes=cfg["sweep_b"], prompt_lens=cfg["sweep_p"], max_tokens=cfg["sweep_max_tokens"],
+log.new()
+import torch.profiler
+before = read_counters(llm.get_metrics())
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    t0 = time.perf_counter()
+    outs = llm.generate(profile_prompts(cfg["b"], cfg["p"], vocab), sp, use_tqdm=False)
+    wall = time.perf_counter() - t0
+records = log.new()
+counters = counter_delta(before, read_counters(llm.get_metrics()))
+scopes = [[e.name[len("gpu_model_runner: "):], float(e.time_range.start), float(e.time_range.end - e.time_range.start)]
+          for e in prof.events() if e.name.startswith("gpu_model_runner: ")]
+steps = profile_sweep(llm, log, batch_sizes=cfg["sweep_b"], prompt_lens=cfg["sweep_p"], max_tokens=cfg["sweep_max_tokens"],
                       method=method, k=cfg["k"] if method != "none" else None, warmup=False)
 write_parquet(out / "steps.parquet", steps)
 (out / "result.json").write_text(json.dumps({
-    "output_lengths": [len(o.outputs[0].token_ids) for o in outs],
-    "memory": vllm_reported_memory(llm),
+    "output_lengths": [len(o.outputs[0].token_ids) for o in outs], "wall_s": wall, "records": records,
+    "scopes": scopes, "counters": counters, "status": status, "memory": vllm_reported_memory(llm),
 }))
+os._exit(0)  # skip the slow engine teardown
 '''
 
 
@@ -99,6 +114,7 @@ def scenario(method: str) -> Path:
     model = _model_dir()
     out = _tempdir(f"specrepro-{method}-")
     env = dict(os.environ, VLLM_CUSTOM_SCOPES_FOR_PROFILING="1", VLLM_ENABLE_V1_MULTIPROCESSING="0",
+               SPECREPRO_INSTRUMENT="timing,intervals,accept", SPECREPRO_INSTRUMENT_DIR=str(out / "records"),
                VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),
                PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
                SD_TEST_CFG=json.dumps({"k": K, "b": B_BREAKDOWN, "p": P_BREAKDOWN,

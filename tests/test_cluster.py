@@ -94,11 +94,18 @@ def slurm_is_up() -> bool:
 @pytest.mark.slurm
 @pytest.mark.skipif(not slurm_is_up(), reason="no SLURM controller answers here (bash .ci/slurm-start.sh starts one)")
 def test_cpu_run_through_slurm(tmp_path):
-    """The CPU config end to end, every job an sbatch job on the local SLURM (minutes)."""
+    """The CPU config end to end, every job an sbatch job on the local SLURM (minutes). CI's budget: the engine
+    stage keeps one stand-in (the Qwen3 thinking one: bench and trace jobs; the e2e test runs the whole CPU config)."""
     from _infra import snakemake
 
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    small = tmp_path / "cpu-ci.yaml"
+    keep = [e for e in cfg["experiments"] if e["name"] == "standin-qwen3-8b-thinking"]
+    assert keep, "config/cpu.yaml has no standin-qwen3-8b-thinking: pick another stand-in for the SLURM run"
+    small.write_text(yaml.safe_dump({"experiments": keep}, sort_keys=False))
     proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
-                     "--profile", str(REPO / "profiles" / "cpu"), "--executor", "slurm", "--jobs", "4",
+                     "--profile", str(REPO / "profiles" / "cpu"), "--configfile", str(REPO / "config" / "cpu.yaml"),
+                     str(small), "--executor", "slurm", "--jobs", "4",
                      "--slurm-status-command", "squeue",  # the CI cluster keeps no accounting (sacct)
                      "--default-resources", "mem_mb=1000", "runtime=30", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from specrepro.config import ConfigError, RunConfig, check_config, config_hash, validate_schema
+from specrepro.engine.trees import tree_study
 
 from conftest import REPO
 
@@ -97,3 +98,81 @@ def test_config_hash_is_stable_and_sensitive():
     b2 = copy.deepcopy(b)
     b2["figures"]["heatmap_max_position"] = 256
     assert config_hash(b2) != config_hash(a)
+
+
+def _standin(cfg: dict, paper_name: str) -> tuple[int, dict]:
+    return next((i, e) for i, e in enumerate(cfg["experiments"]) if e.get("stands_in_for") == paper_name)
+
+
+def test_cpu_config_has_a_standin_for_every_paper_experiment():
+    cpu, paper = load("cpu.yaml"), load("paper.yaml")
+    validate_schema(cpu, SCHEMA)
+    check_config(cpu)
+    paper_names = ["llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"]
+    assert sorted(e["stands_in_for"] for e in cpu["experiments"] if e.get("stands_in_for")) == sorted(paper_names)
+    # the paper's other experiments have none: Fig. 2's tree study (SGLang, vLLM's tree path: GPU-only) and
+    # today's methods (suffix decoding is GPU-only here; k by batch size rides on the Llama-3.1 stand-in)
+    others = {e["name"] for e in paper["experiments"]} - set(paper_names)
+    assert others == {"llama3.1-8b-today"} | {e["name"] for e in paper["experiments"] if tree_study(e)}
+    for name in paper_names:
+        _, exp = _standin(cpu, name)
+        assert cpu["models"][exp["model"]]["source"]["build"]["kind"] in (
+            "llama3.1-8b", "llama3-70b", "qwen3-8b", "glm4.5-air")
+
+
+def _drop_method(name: str, method: str, k: int | None = None):
+    def fn(cfg):
+        _, exp = _standin(cfg, name)
+        keep = []
+        for m in exp["methods"]:
+            if m["method"] == method and (k is None or m.get("k") == [k]):
+                continue
+            keep.append(m)
+        exp["methods"] = keep
+    return fn
+
+
+STANDIN_CASES = [
+    (_drop_method("llama3.1-8b", "eagle3"),
+     'config error: experiments[0].stands_in_for = "llama3.1-8b": misses eagle3-k3 of that paper experiment'),
+    (_drop_method("llama3-70b", "ngram", 5),
+     'config error: experiments[1].stands_in_for = "llama3-70b": misses ngram-k5 of that paper experiment'),
+    (_drop_method("glm-4.5-air", "mtp"),
+     'config error: experiments[4].stands_in_for = "glm-4.5-air": misses mtp-k3 of that paper experiment'),
+    (lambda c: _standin(c, "qwen3-8b")[1]["methods"][3].__setitem__("k", [2]),
+     'config error: experiments[2].stands_in_for = "qwen3-8b": misses eagle3-k3 of that paper experiment'),
+    (lambda c: _standin(c, "qwen3-8b")[1].__setitem__("stands_in_for", "qwen3-32b"),
+     'config error: experiments[2].stands_in_for = "qwen3-32b": not an experiment of config/paper.yaml '
+     'that a CPU stand-in can run (allowed: llama3.1-8b, llama3-70b, qwen3-8b, qwen3-8b-thinking, '
+     "llama3.1-8b-today, glm-4.5-air; Fig. 2's tree study is GPU-only)"),
+    (lambda c: _standin(c, "llama3-70b")[1].__setitem__("stands_in_for", "tree-llama3-70b-vllm"),
+     'config error: experiments[1].stands_in_for = "tree-llama3-70b-vllm": not an experiment of config/paper.yaml '
+     'that a CPU stand-in can run'),
+    # k by batch size is a configuration of its own: a fixed k does not cover it
+    (lambda c: _standin(c, "llama3.1-8b")[1].__setitem__("stands_in_for", "llama3.1-8b-today"),
+     'config error: experiments[0].stands_in_for = "llama3.1-8b-today": misses eagle3-k10-bs, suffix-k3, '
+     'suffix-k16-bs of that paper experiment'),
+    (lambda c: _standin(c, "qwen3-8b-thinking")[1].__setitem__("thinking", False),
+     'config error: experiments[3].thinking = false: the paper experiment "qwen3-8b-thinking" it stands in for has thinking: true'),
+]
+
+
+@pytest.mark.parametrize("mutate, expected", STANDIN_CASES)
+def test_standin_must_cover_every_method_and_k(mutate, expected):
+    cfg = load("cpu.yaml")
+    mutate(cfg)
+    validate_schema(cfg, SCHEMA)
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg)
+    msg = str(exc.value)
+    assert msg.startswith(expected), msg
+    assert "\n" not in msg
+
+
+def test_standin_may_add_methods_and_drop_datasets():
+    cfg = load("cpu.yaml")
+    _, exp = _standin(cfg, "llama3-70b")
+    exp["datasets"] = ["instructcoder"]
+    exp["methods"].append({"method": "ngram", "k": [7]})
+    validate_schema(cfg, SCHEMA)
+    check_config(cfg)

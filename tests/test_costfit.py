@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specrepro.engine.breakdown import assign_steps
+from specrepro.engine.breakdown import step_table
 from specrepro.engine.costfit import (
-    expected_steps, fit_cost_model, nnls_small, steps_from_profile,
+    expected_steps, fit_cost_model, nnls_small, steps_from_timings,
 )
 from specrepro.costmodel import load_cost_model
 from specrepro.io import SpecReproError, write_parquet
@@ -80,22 +80,27 @@ def test_untouched_coefficients_come_from_the_base_model():
     assert fit_cost_model(t[t["role"] == "target"]).coefficients["eagle.d_fixed"] == 0.0
 
 
-def fake_events(n_steps, forward_us=100.0, draft_us=0.0, step_us=300.0) -> pd.DataFrame:
-    rows = []
-    for s in range(n_steps):
-        t0 = 1000.0 * s
-        rows.append(("engine_get_output", "engine", t0, step_us - 10))
-        rows.append(("forward", "model_runner", t0 + 10, forward_us + s))
-        if draft_us:
-            rows.append(("draft", "model_runner", t0 + 200, draft_us))
-        rows.append(("engine_record_stats", "engine", t0 + step_us - 5, 5))
-    df = pd.DataFrame(rows, columns=["scope", "source", "start_us", "dur_us"])
-    df["name"], df["device_us"] = df["scope"], 0.0
-    return assign_steps(df)
+def fake_steps(B, P, n_steps, k=None, forward=100e-6, draft=0.0, step=300e-6, shapes=None) -> pd.DataFrame:
+    """Step records of a sweep run as the plugin writes them, with the shapes of the sweep's design."""
+    recs = []
+    for j in range(n_steps):
+        if j == 0:
+            n, ctx, pre = B * P, 0, B
+        elif k is None:
+            n, ctx, pre = B, B * (P + j - 1), 0
+        else:
+            n, ctx, pre = B * (k + 1), B * (P + (k + 1) * (j - 1)), 0
+        if shapes:
+            n, ctx = shapes.get(j, (n, ctx))
+        recs.append({"step": j, "clock": "cpu", "step_s": step, "drafting_s": draft, "verification_s": forward + j * 1e-6,
+                     "sampling_s": 0.0, "n_drafting": int(draft > 0), "n_verification": 1, "n_sampling": 1,
+                     "num_reqs": B, "scheduled_tokens": n, "draft_tokens": 0 if k is None or j == 0 else B * k,
+                     "context_tokens": ctx, "prefill_reqs": pre})
+    return step_table(recs)
 
 
 def test_step_shapes_without_sd():
-    st = steps_from_profile(fake_events(8), batch_size=4, prompt_len=32, max_tokens=8)
+    st = steps_from_timings(fake_steps(4, 32, 8), batch_size=4, prompt_len=32, max_tokens=8)
     assert st["role"].unique().tolist() == ["target"]
     assert st["batched_tokens"].tolist() == [128] + [4] * 7
     assert st["kv_tokens"].tolist() == [0] + [4 * (32 + j) for j in range(1, 8)]
@@ -106,7 +111,7 @@ def test_step_shapes_without_sd():
 def test_step_shapes_of_an_all_accepting_draft_model():
     n = expected_steps(16, "draft_model", 3)
     assert n == 5
-    st = steps_from_profile(fake_events(n, draft_us=50.0), batch_size=2, prompt_len=10, max_tokens=16, k=3,
+    st = steps_from_timings(fake_steps(2, 10, n, k=3, draft=50e-6), batch_size=2, prompt_len=10, max_tokens=16, k=3,
                             method="draft_model", spec_metrics={"num_draft_tokens": 24, "num_accepted_tokens": 24})
     tgt, dr = st[st["role"] == "target"], st[st["role"] == "drafter"]
     assert tgt["batched_tokens"].tolist() == [20, 8, 8, 8, 8]
@@ -116,13 +121,15 @@ def test_step_shapes_of_an_all_accepting_draft_model():
 
 
 def test_unknown_shapes_raise():
-    with pytest.raises(SpecReproError, match="expected 8 steps"):
-        steps_from_profile(fake_events(7), batch_size=1, prompt_len=8, max_tokens=8)
+    with pytest.raises(SpecReproError, match="7 engine steps recorded, expected 8"):
+        steps_from_timings(fake_steps(1, 8, 7), batch_size=1, prompt_len=8, max_tokens=8)
+    with pytest.raises(SpecReproError, match=r"step 3: measured 1 requests, 1 tokens scheduled, kv 99"):
+        steps_from_timings(fake_steps(1, 8, 8, shapes={3: (1, 98)}), batch_size=1, prompt_len=8, max_tokens=8)
     with pytest.raises(SpecReproError, match="depend on what is accepted"):
-        steps_from_profile(fake_events(7), batch_size=1, prompt_len=8, max_tokens=8, k=3, method="ngram")
+        steps_from_timings(fake_steps(1, 8, 7), batch_size=1, prompt_len=8, max_tokens=8, k=3, method="ngram")
     with pytest.raises(SpecReproError, match="accepted 20 of 24"):
-        steps_from_profile(fake_events(5), batch_size=2, prompt_len=8, max_tokens=16, k=3, method="draft_model",
-                           spec_metrics={"num_draft_tokens": 24, "num_accepted_tokens": 20})
+        steps_from_timings(fake_steps(2, 8, 5, k=3), batch_size=2, prompt_len=8, max_tokens=16, k=3,
+                           method="draft_model", spec_metrics={"num_draft_tokens": 24, "num_accepted_tokens": 20})
 
 
 def test_cli_writes_a_loadable_model_report_and_deterministic_plot(tmp_path):

@@ -19,7 +19,7 @@ import yaml
 from _infra import REPO, env_with, fake_apptainer
 from conftest import ENGINE_ENV, needs_vllm
 from specrepro.config import validate_schema
-from specrepro.engine.jobs import bench_spec, engine_args, engine_jobs
+from specrepro.engine.jobs import bench_spec, engine_args, engine_jobs, trace_spec
 
 DAG_RULES = ("engine_bench", "engine_profile", "engine_trace", "engine_sglang_bench")
 
@@ -41,23 +41,25 @@ def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     dag = {j["output"][0]: j for j in json.loads(proc.stdout) if j["rule"] in DAG_RULES}
     recs = {r["job"]: r for r in engine_args(validated(REPO / "config" / "paper.yaml"), tmp_path)}
-    # Fig. 1-4: 21 bench, 12 profile, 50 trace jobs; Fig. 2: 8 bench jobs on vLLM's tree path, 8 on SGLang;
-    # llama3.1-8b-today: 6 bench, 4 profile, no traces
-    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 50 + 8 + 8 + 6 + 4
+    # Fig. 1-4: 21 bench, 12 profile, 13 trace jobs (one per experiment and method); Fig. 2: 8 bench jobs on
+    # vLLM's tree path, 8 on SGLang; llama3.1-8b-today: 6 bench, 4 profile, no traces
+    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 13 + 8 + 8 + 6 + 4
     assert sum(r["rule"] == "engine_sglang_bench" for r in recs.values()) == 8
     for out, r in recs.items():
         j = dag[out]
         assert (j["rule"], j["log"]) == (r["rule"], [r["log"]])
         assert j["container"] == f"{tmp_path}/cache/images/{image_stem(r['image'])}.sif"
         assert int(j["resources"]["gpu"]) == r["gpus"]
-        if r["rule"] == "engine_trace":
-            continue
         version = {"paper": "0.10.1.1", "v0111": "0.11.1", "latest": "0.34.0", "sglang": "0.5.9"}[r["image"]]
         assert (r["engine"], r["engine_version"]) == ("sglang" if r["image"] == "sglang" else "vllm", version)
         # the job's spec is the package's (bench_spec); its keywords follow from it
         spec = json.loads(j["params"]["spec"])
-        assert spec == bench_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["config"],
-                                  profile=r["rule"] == "engine_profile")
+        if r["rule"] == "engine_trace":
+            assert spec == trace_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["method"])
+            assert r["llm_kwargs"]["speculative_config"]["num_speculative_tokens"] == 20
+        else:
+            assert spec == bench_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["config"],
+                                      profile=r["rule"] == "engine_profile")
         if r["engine"] == "sglang":
             assert r["llm_kwargs"] is None and r["sglang_kwargs"]["tp_size"] == r["gpus"]
         else:
@@ -71,7 +73,7 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert len(lines) == 109
+    assert len(lines) == 72
     want = {"job", "experiment", "config", "image", "engine", "engine_version", "vllm_version", "llm_kwargs",
             "sampling_params", "rule", "gpus"}
     assert all(want <= set(r) for r in lines)
@@ -81,6 +83,11 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
         "method": "draft_model", "model": "<path of resources/models/llama3-70b/drafters/draft_model/manifest.json>",
         "num_speculative_tokens": 3, "max_model_len": 8192}
     assert r["sampling_params"]["gsm8k"] == {"max_tokens": 8192, "seed": 42, "temperature": 0.0}
+    # a trace job (k = 20, one per experiment and method) runs in its method's image: draft models need 0.34.0
+    r = next(x for x in lines if x["job"] == "results/engine/llama3-70b/traces/draft_model.jsonl")
+    assert (r["rule"], r["image"], r["vllm_version"], r["gpus"]) == ("engine_trace", "latest", "0.34.0", 4)
+    assert r["llm_kwargs"]["speculative_config"]["num_speculative_tokens"] == 20
+    assert r["sampling_params"]["gsm8k"] == {"max_tokens": 8192, "seed": 42, "temperature": 0.0, "ignore_eos": False}
     r = next(x for x in lines if x["job"] == "results/engine/llama3.1-8b-today/bench/suffix-k16-bs.parquet")
     assert (r["image"], r["vllm_version"], r["gpus"]) == ("latest", "0.34.0", 1)
     assert r["llm_kwargs"]["speculative_config"] == {
@@ -115,7 +122,10 @@ def _tiny_run(tmp_path: Path, tiny_target: Path, methods: list[dict]) -> dict:
     cfg = validated(REPO / "config" / "cpu.yaml")
     cfg["experiments"] = [{"name": "t", "model": "tiny-llama", "datasets": ["gsm8k"], "methods": methods,
                            "batch_sizes": [1], "num_requests": 1, "max_output_tokens": 8, "thinking": False}]
-    cfg["models"]["tiny-llama"]["drafters"]["mtp"] = {"label": "MTP", "builtin": True}
+    # the generic tiny Llama the fixture builds (cpu.yaml's own models are the stand-ins)
+    cfg["models"]["tiny-llama"] = {"label": "tiny Llama (random weights)", "tensor_parallel_size": 1,
+                                   "source": {"build": {"kind": "tiny-llama", "seed": 0}},
+                                   "drafters": {"mtp": {"label": "MTP", "builtin": True}}}
     cfg["engine"]["max_model_len"] = 256
     m = tmp_path / "resources" / "models" / "tiny-llama" / "manifest.json"
     m.parent.mkdir(parents=True)

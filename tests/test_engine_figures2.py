@@ -127,9 +127,10 @@ def test_breakdown_all_empty_is_an_error(breakdown_run):
 def test_breakdown_footnote_names_the_clock():
     from specrepro.figures.engine_breakdown import footnote
 
-    t = pd.DataFrame({"clock": ["cpu", "device"], "points": [2, 1], "steps": [20, 10]})
-    assert "cpu = CPU-side scope durations" in footnote(t, "cpu") and "not evidence" in footnote(t, "cpu")
-    assert "device = CUDA time" in footnote(t, "gpu") and "not evidence" not in footnote(t, "gpu")
+    t = pd.DataFrame({"clock": ["cpu", "cuda-sync"], "points": [2, 1], "steps": [20, 10]})
+    assert "cpu = wall time inside the model runner" in footnote(t, "cpu") and "not evidence" in footnote(t, "cpu")
+    assert "cuda-sync = wall time with the device synchronised" in footnote(t, "gpu")
+    assert "not evidence" not in footnote(t, "gpu")
 
 
 # --- memory table ---------------------------------------------------------------------------------

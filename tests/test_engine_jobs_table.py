@@ -46,7 +46,11 @@ def _records(tmp_path, cfg):
     p = tmp_path / "results/engine/qwen3-8b/profile/none.json"
     write_json(p, {"exp": "qwen3-8b", "config": "none", "status": "failed", "error": "OutOfMemoryError: CUDA out of memory.",
                    "engine_version": "0.11.1"})
-    return paths + [str(p)]
+    # a k = 20 trace engine that failed (its check file; the method's image)
+    t = tmp_path / "results/engine/glm-4.5-air/traces/mtp.check.json"
+    write_json(t, {"exp": "glm-4.5-air", "method": "mtp", "k": 20, "status": "failed", "job": "trace",
+                   "error": "ValueError: trace engine refused", "engine_version": "0.11.1"})
+    return paths + [str(p), str(t)]
 
 
 def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper):
@@ -55,7 +59,11 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     assert cli.main(["figure", "tab_engine_jobs", "--run-config", str(tmp_path / "run_config.json"), "--subject",
                      "engine", "--records", *_records(tmp_path, paper), "--csv", str(csv), "-o", str(out)]) == 0
     t = pd.read_csv(csv)
-    assert len(t) == 21 + 8 + 8 + 12 + 6 + 4  # Fig. 1-4 bench, Fig. 2 on vLLM and on SGLang, profiled passes, today's
+    # Fig. 1-4 bench, Fig. 2 on vLLM and on SGLang, profiled passes, today's bench and profiled, k = 20 traces
+    assert len(t) == 21 + 8 + 8 + 12 + 6 + 4 + 13
+    tr = t[(t["exp"] == "glm-4.5-air") & (t["job"] == "trace")].set_index("method")
+    assert (tr.loc["mtp", "image"], tr.loc["mtp", "status"]) == ("v0111", "failed")
+    assert (tr.loc["ngram", "status"], tr.loc["mtp", "log"]) == ("not run", "logs/engine_trace/glm-4.5-air/mtp.log")
     row = t[(t["exp"] == "qwen3-8b") & (t["config"] == "eagle3-k3") & (t["job"] == "bench")].iloc[0]
     assert (row["image"], row["vllm_version"], row["paper_engine"]) == ("v0111", "0.11.1", "vLLM 0.11.1rc1")
     assert row["deviation"] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
@@ -70,12 +78,12 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     vt = t[(t["exp"] == "tree-qwen3-8b-vllm") & (t["config"] == "eagle3-k6-tree-d3b2")].iloc[0]
     assert (vt["image"], vt["vllm_version"], vt["deviation"]) == ("v0111", "0.11.1", "SGLang 0.5.9 -> vLLM 0.11.1")
     assert set(t[t["status"] == "failed"]["output"]) == {
-        "results/engine/llama3-70b/bench/draft_model-k3.parquet", "results/engine/qwen3-8b/profile/none.events.parquet",
-        "results/engine/tree-llama3-70b-sglang/bench/eagle-k21-tree-d3b4.parquet"}
+        "results/engine/llama3-70b/bench/draft_model-k3.parquet", "results/engine/qwen3-8b/profile/none.timings.parquet",
+        "results/engine/tree-llama3-70b-sglang/bench/eagle-k21-tree-d3b4.parquet", "results/engine/glm-4.5-air/traces/mtp.jsonl"}
     # profile jobs without a record have not run
     assert (t[(t["job"] == "profile") & (t["exp"] == "llama3.1-8b")]["status"] == "not run").all()
     tex = out.read_text()
-    assert r"\textbf{Failed jobs (3):}" in tex and "CUDA out of memory" in tex and "draft model is not supported" in tex
+    assert r"\textbf{Failed jobs (4):}" in tex and "trace engine refused" in tex and "CUDA out of memory" in tex and "draft model is not supported" in tex
     assert "vLLM 0.11.1rc1; here vLLM 0.11.1" in tex and "a later vLLM snapshot; here vLLM 0.34.0" in tex
     assert "sglang (SGLang 0.5.9) & SGLang 0.5.9 &" in tex and "SGLang 0.5.9; here vLLM 0.10.1.1" in tex
     # no deviation, none named (a missing one is NaN in the table, which once read as one)
@@ -149,14 +157,14 @@ def test_a_failed_no_sd_job_leaves_its_trace_set_out_of_the_rerun(tmp_path):
     the rerun leaves the experiment's engine trace set out, so the report builds (and lists the failure)."""
     from conftest import run_snakemake
 
-    rec = tmp_path / "results/engine/tiny-llama/bench/none.json"
-    write_json(rec, {"exp": "tiny-llama", "config": "none", "status": "failed", "error": ERROR, "points": 4,
+    rec = tmp_path / "results/engine/standin-llama3.1-8b/bench/none.json"
+    write_json(rec, {"exp": "standin-llama3.1-8b", "config": "none", "status": "failed", "error": ERROR, "points": 4,
                      "failed": 4})
     proc = run_snakemake(["-n", "--configfile", str(REPO / "config" / "cpu.yaml"), "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert ("note: tiny-llama: its no-SD job finished no point (results/engine/tiny-llama/bench/none.json): its "
+    assert ("note: standin-llama3.1-8b: its no-SD job finished no point (results/engine/standin-llama3.1-8b/bench/none.json): its "
             "engine trace set is left out of this run") in proc.stderr
     out = proc.stdout
-    assert "engine-tiny-llama-selfdraft" in out and "engine-tiny-llama-thinking" in out
-    assert "figures/fig05_acceptance_heatmap-engine-tiny-llama.pdf" not in out
-    assert "results/engine/tiny-llama/traces/" not in out
+    assert "engine-standin-llama3-70b" in out and "engine-standin-qwen3-8b-thinking" in out
+    assert "figures/fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" not in out
+    assert "results/engine/standin-llama3.1-8b/traces/" not in out

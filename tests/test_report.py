@@ -95,6 +95,33 @@ def test_methods_the_run_does_not_cover_are_named():
     assert methods_not_run({"experiments": []}) == []
 
 
+def test_report_names_the_paper_experiment_of_each_standin(tmp_path):
+    import yaml
+
+    from specrepro.report import standin_rows
+
+    cpu = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    rows = {r["experiment"]: r for r in standin_rows(cpu)}
+    assert {r["stands_in_for"] for r in rows.values()} == {
+        "llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"}
+    l70 = next(r for r in rows.values() if r["stands_in_for"] == "llama3-70b")
+    assert l70["shaped_like"] == "meta-llama/Meta-Llama-3-70B-Instruct"
+    assert "draft_model: meta-llama/Llama-3.2-1B-Instruct" in l70["drafters"]
+    glm = next(r for r in rows.values() if r["stands_in_for"] == "glm-4.5-air")
+    assert glm["drafters"] == ["mtp: built into the target"]
+    l31 = rows["standin-llama3.1-8b"]
+    assert l31["drafters"] == ["eagle: yuhuili/EAGLE-LLaMA3.1-Instruct-8B", "eagle3: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                               "draft_model: copy-of-target"]  # the self-draft counter check rides along
+    run_config, prov, claims = minimal("cpu")
+    run_config.update(models=cpu["models"], experiments=cpu["experiments"])
+    tex = render(TEMPLATES, run_config, prov, claims, [], [])
+    assert r"Stand-ins for the paper's experiments" in tex and r"\texttt{qwen3-8b-thinking}" in tex
+    assert r"Qwen3-\allowbreak{}0.\allowbreak{}6B" in tex
+    if shutil.which("latexmk"):
+        (tmp_path / "r.tex").write_text(tex)
+        assert latexmk(tmp_path / "r.tex").read_bytes().startswith(b"%PDF")
+
+
 def evaluated_claims():
     """A claims table as specrepro claims writes it: two figures, every status, an ordering, headlines."""
     from specrepro.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED

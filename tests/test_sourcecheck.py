@@ -39,9 +39,10 @@ def test_every_paper_job_passes_the_source_check_of_its_engine(records):
     assert problems == []
     vllm_jobs = [r for r in records if r["runner"] == "vllm"]
     sglang_jobs = [r for r in records if r["runner"] == "sglang"]
-    # 35 bench (8 of them Fig. 2's vLLM trees, 6 llama3.1-8b-today's) + 16 profile jobs (4 today's) pass keywords to
-    # vLLM, 8 bench jobs to SGLang (Fig. 2); each is checked on its own engine's source
-    assert len(vllm_jobs) == 51 and len(sglang_jobs) == 8 and sum(checked.values()) == 59
+    # 35 bench (8 of them Fig. 2's vLLM trees, 6 llama3.1-8b-today's) + 16 profile jobs (4 today's) + 13 trace
+    # jobs (k = 20) pass keywords to vLLM, 8 bench jobs to SGLang (Fig. 2); each is checked on its own engine's source
+    assert len(vllm_jobs) == 64 and len(sglang_jobs) == 8 and sum(checked.values()) == 72
+    assert sum(r["rule"] == "engine_trace" for r in vllm_jobs) == 13
     assert checked == {**{f"vLLM {v}": sum(r["vllm_version"] == v for r in vllm_jobs) for v in VERSIONS},
                        "SGLang 0.5.9": 8}
     trees = [r for r in vllm_jobs if "speculative_token_tree" in (r["llm_kwargs"].get("speculative_config") or {})]
@@ -117,7 +118,8 @@ def test_an_unsupported_method_is_caught(records):
 
 
 def test_the_old_single_image_fails_the_check(paper, tmp_path):
-    """Every job on the paper image (the code before the per-job choice): the draft-model and GLM MTP jobs fail."""
+    """Every job on the paper image (the code before the per-job choice): the draft-model and GLM MTP jobs fail
+    (their k = 20 trace jobs too)."""
     cfg = copy.deepcopy(paper)
     for e in cfg["experiments"]:
         e.pop("container", None)
@@ -126,14 +128,17 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
     problems, _ = check_records(engine_args(cfg, tmp_path))
     bad = sorted({p.split(":", 1)[0] for p in problems})
     assert bad == ["results/engine/glm-4.5-air/bench/mtp-k3.parquet",
+                   "results/engine/glm-4.5-air/traces/mtp.jsonl",
                    "results/engine/llama3-70b/bench/draft_model-k3.parquet",
-                   "results/engine/llama3-70b/profile/draft_model-k3.events.parquet",
+                   "results/engine/llama3-70b/profile/draft_model-k3.timings.parquet",
+                   "results/engine/llama3-70b/traces/draft_model.jsonl",
                    "results/engine/llama3.1-8b-today/bench/eagle3-k10-bs.parquet",
                    "results/engine/llama3.1-8b-today/bench/suffix-k16-bs.parquet",
                    "results/engine/llama3.1-8b-today/bench/suffix-k3.parquet",
-                   "results/engine/llama3.1-8b-today/profile/suffix-k3.events.parquet",
+                   "results/engine/llama3.1-8b-today/profile/suffix-k3.timings.parquet",
                    "results/engine/qwen3-8b/bench/draft_model-k3.parquet",
-                   "results/engine/qwen3-8b/profile/draft_model-k3.events.parquet"]
+                   "results/engine/qwen3-8b/profile/draft_model-k3.timings.parquet",
+                   "results/engine/qwen3-8b/traces/draft_model.jsonl"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -207,5 +212,5 @@ def test_source_check_verb(paper, tmp_path):
                            "--workdir", str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "source-check: ok (109 jobs; checked: 8 on SGLang 0.5.9, 23 on vLLM 0.10.1.1, 14 on vLLM 0.11.1, "
-        "14 on vLLM 0.34.0)")
+        "source-check: ok (72 jobs; checked: 8 on SGLang 0.5.9, 30 on vLLM 0.10.1.1, 18 on vLLM 0.11.1, "
+        "16 on vLLM 0.34.0)")

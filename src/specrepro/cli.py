@@ -558,28 +558,22 @@ def _engine_outputs(sub) -> None:
 def _merge_traces(sub) -> None:
     p = sub.add_parser("merge-traces", help="one trace file with every method's acc_len (engine-trace outputs)")
     p.add_argument("inputs", nargs="+")
+    p.add_argument("--dataset", help="only the records of this dataset (their 'dataset' field)")
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
         import json
 
+        from .engine.traces import merge_trace_records
         from .io import atomic_path
 
-        merged: dict[str, dict] = {}
-        order: list[str] = []
-        for path in a.inputs:
-            for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-                rec = json.loads(line)
-                cur = merged.get(rec["id"])
-                if cur is None:
-                    merged[rec["id"]] = rec
-                    order.append(rec["id"])
-                    continue
-                if cur["generated_token_ids"] != rec["generated_token_ids"]:
-                    raise SpecReproError(f"{path}:{n}: request {rec['id']}: outputs differ from {a.inputs[0]}")
-                cur.update({k: v for k, v in rec.items() if k.startswith("acc_")})
+        files = {path: [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+                 for path in a.inputs}
+        merged, dropped = merge_trace_records(files, a.dataset)
+        for line in dropped:
+            print(f"merge-traces: dropped {line}", file=sys.stderr)
         with atomic_path(a.output) as tmp:
-            tmp.write_text("".join(json.dumps(merged[i]) + "\n" for i in order))
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in merged))
 
     p.set_defaults(func=run)
 
@@ -635,7 +629,7 @@ def _profile(sub) -> None:
     p.add_argument("--target-manifest", required=True)
     p.add_argument("--drafter-manifest")
     p.add_argument("--cost-sweep", help="JSON {batch_sizes, prompt_lens, max_tokens}: also time steps of known shape")
-    p.add_argument("--events", required=True, help="profiler scope events of each batch size's first point (Parquet)")
+    p.add_argument("--timings", required=True, help="every engine step of every point: phases and shape (Parquet)")
     p.add_argument("--breakdown", required=True, help="one row per point: drafting/verification/sampling/overhead (CSV)")
     p.add_argument("--steps", required=True, help="per-step timings for fit-cost-model (Parquet; empty if not timed)")
     p.add_argument("--record", help="the job's record (JSON): status, vLLM's error if the engine did not start, "
@@ -655,14 +649,14 @@ def _profile(sub) -> None:
         target = read_json(a.target_manifest)
         drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
         record: dict = {}
-        ev, bd, steps = run_profile(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
-                                    drafter_dir=drafter["path"] if drafter else None,
-                                    cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None, record=record)
+        timings, bd, steps = run_profile(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
+                                         drafter_dir=drafter["path"] if drafter else None,
+                                         cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None, record=record)
         if steps.empty:
             import pandas as pd
 
             steps = pd.DataFrame(columns=["exp", *STEP_COLUMNS])
-        write_parquet(a.events, ev)
+        write_parquet(a.timings, timings)
         write_csv(a.breakdown, bd, float_format="%.9g")
         write_parquet(a.steps, steps)
         if a.record:
@@ -705,7 +699,7 @@ VERBS = (
 #: modules that add their own verbs (``add_cli(sub)``)
 PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.metrics", "engine.breakdown", "engine.memory",
                 "engine.jobs", "engine.sourcecheck", "gpus", "digitise", "engine.sglang", "engine.sourcecheck_sglang",
-                "sizing", "suffix", "today", "engine.from_gguf", "engine.drafters")
+                "sizing", "suffix", "today", "engine.hookcheck", "engine.from_gguf", "engine.drafters")
 
 
 def parser() -> argparse.ArgumentParser:

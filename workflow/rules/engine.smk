@@ -70,13 +70,13 @@ rule engine_bench:
 
 
 rule engine_profile:
-    """A profiled pass (torch profiler, vLLM's phase annotations) at the profiling batch sizes: Fig. 4, cost fit."""
+    """A profiled pass at the profiling batch sizes: every engine step's phases, timed inside vLLM's model runner by specrepro's plugin (Fig. 4, cost fit)."""
     input:
         unpack(engine_inputs),
         unpack(engine_model_inputs),
         prompts=profile_prompts,
     output:
-        events="results/engine/{exp}/profile/{config}.events.parquet",
+        timings="results/engine/{exp}/profile/{config}.timings.parquet",
         breakdown="results/engine/{exp}/profile/{config}.breakdown.csv",
         steps="results/engine/{exp}/profile/{config}.steps.parquet",
         record="results/engine/{exp}/profile/{config}.json",
@@ -101,12 +101,12 @@ rule engine_profile:
         "../../envs/vllm-cpu.yaml"
     shell:
         "{params.gpus} specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
-        " {params.drafter} {params.cost_sweep} --events {output.events:q} --breakdown {output.breakdown:q} --steps {output.steps:q}"
+        " {params.drafter} {params.cost_sweep} --timings {output.timings:q} --breakdown {output.breakdown:q} --steps {output.steps:q}"
         " --record {output.record:q} 2> {log}"
 
 
 rule greedy_outputs:
-    """The no-SD greedy outputs of an experiment (smallest batch size), the input of its acceptance traces."""
+    """The no-SD greedy outputs of an experiment (smallest batch size): its trace engines' outputs are compared with them."""
     input:
         points="results/engine/{exp}/bench/none.parquet",
         prompts=lambda wc: [prompts_file(wc.exp, d) for d in exp_configs(wc.exp)["none"]["datasets"]],
@@ -123,40 +123,46 @@ rule greedy_outputs:
 
 
 rule engine_trace:
-    """Per-position acceptance (k = 20) of one method on one dataset from the greedy outputs (no SD run needed)."""
+    """Per-position acceptance (k = 20) of one method on every dataset of an experiment, computed by vLLM with one token kept per step; checked against vLLM's counters."""
     input:
         unpack(engine_inputs),
-        outputs="results/engine/{exp}/outputs.parquet",
+        prompts=lambda wc: [prompts_file(wc.exp, d) for d in trace_datasets(wc.exp)],
+        greedy="results/engine/{exp}/outputs.parquet",
         target=lambda wc: model_manifest(EXPERIMENTS[wc.exp]["model"]),
-        drafter=lambda wc: [model_manifest(EXPERIMENTS[wc.exp]["model"], wc.method)] if wc.method != "ngram" else [],
+        drafter=lambda wc: [model_manifest(EXPERIMENTS[wc.exp]["model"], wc.method)]
+        if drafter_of(wc.exp, wc.method).get("source")
+        else [],
     output:
-        "results/engine/{exp}/traces/{method}/{dataset}.jsonl",
+        trace="results/engine/{exp}/traces/{method}.jsonl",
+        check="results/engine/{exp}/traces/{method}.check.json",
     params:
+        spec=trace_spec,
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter[0]!r}" if input.drafter else "",
-        ngram=lambda wc: f"--min-n {exp_engine(wc.exp)['ngram']['prompt_lookup_min']} --max-n {exp_engine(wc.exp)['ngram']['prompt_lookup_max']}",
         gpus=with_gpus,
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
         method=name_regex(TRACEABLE),
-    # the head is rolled forward in plain PyTorch, float32, on the host
+    # one engine on the experiment's GPUs, in its dtype (as the bench jobs); time limit from the plan's trace row
     resources:
-        gpu=engine_job_resources("gpu"),
-        mem_mb=trace_mem_mb,
+        gpu=engine_job_resources("gpu", "trace"),
+        runtime=engine_job_resources("runtime", "trace"),
+        mem_mb=engine_job_resources("mem_mb", "trace"),
+        cpus_per_gpu=engine_job_resources("cpus_per_gpu", "trace"),
     log:
-        "logs/engine_trace/{exp}/{method}/{dataset}.log",
+        "logs/engine_trace/{exp}/{method}.log",
     container:
         job_container
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.gpus} specrepro engine-trace --method {wildcards.method} --outputs {input.outputs:q} --dataset {wildcards.dataset}"
-        " --target-manifest {input.target:q} {params.drafter} {params.ngram} --k 20 -o {output:q} 2> {log}"
+        "{params.gpus} specrepro engine-trace --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        " {params.drafter} --greedy {input.greedy:q} --check {output.check:q} -o {output.trace:q} 2> {log}"
 
 
 rule merged_engine_traces:
     """One trace file per dataset with every method's acc_len: the released-trace format, for the acceptance figures."""
     input:
-        lambda wc: [f"results/engine/{wc.exp}/traces/{m}/{wc.dataset}.jsonl" for m in engine_trace_methods(wc.exp)],
+        lambda wc: [f"results/engine/{wc.exp}/traces/{m}.jsonl" for m in TRACE_SETS.get(f"engine-{wc.exp}", {}).get("aligned", [])],
     output:
         "resources/traces/engine-{exp}/{dataset}.jsonl",
     wildcard_constraints:
@@ -166,7 +172,7 @@ rule merged_engine_traces:
     conda:
         "../../envs/analysis.yaml"
     shell:
-        "specrepro merge-traces {input:q} -o {output:q} 2> {log}"
+        "specrepro merge-traces {input:q} --dataset {wildcards.dataset} -o {output:q} 2> {log}"
 
 
 # --- summaries, metrics for the claims table, figures ---------------------------------------

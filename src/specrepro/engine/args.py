@@ -23,6 +23,10 @@ METHOD_LABELS = {
 }
 #: k of the paper's time breakdown (Fig. 4): profiled passes are of no SD and this k only
 PROFILED_K = 3
+#: drafts per step of the acceptance-trace engines (the paper's; one token kept per step)
+TRACE_K = 20
+#: methods whose per-position traces vLLM records (specrepro.engine.traces): every SD method it runs
+TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 
 
 def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | None = None,
@@ -32,6 +36,20 @@ def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | No
     if method == "none":
         return "none"
     return f"{method}-k{k}" + (f"-{tree_label(tree)}" if tree else "") + ("-bs" if by_batch_size else "")
+
+
+def trace_label(method: str) -> str:
+    """The configuration name of a method's trace engine (``<method>-k20``: plan rows, time limits)."""
+    return config_label(method, TRACE_K)
+
+
+def trace_methods(exp: Mapping[str, Any]) -> list[str]:
+    """Methods of an experiment whose traces the run records (config order); none without a no-SD run,
+    whose greedy outputs the traces are compared with."""
+    methods = [m["method"] for m in exp["methods"]]
+    if "none" not in methods:
+        return []
+    return [m for i, m in enumerate(methods) if m in TRACEABLE and m not in methods[:i]]
 
 
 def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
@@ -142,6 +160,13 @@ def sampling_kwargs(spec: BenchSpec, dataset: str) -> dict[str, Any]:
     """The ``SamplingParams`` keywords of every measured point of ``dataset``."""
     return {"temperature": float(spec.engine.get("temperature", 0)), "max_tokens": int(spec.datasets[dataset]),
             "seed": int(spec.engine.get("seed", 42))}
+
+
+def trace_sampling_kwargs(spec: BenchSpec, dataset: str) -> dict[str, Any]:
+    """The ``SamplingParams`` keywords of a trace engine's requests of ``dataset``: greedy, the dataset's cap
+    (``engine.ignore_eos``: tests only)."""
+    return {"temperature": 0.0, "max_tokens": int(spec.datasets[dataset]), "seed": int(spec.engine.get("seed", 42)),
+            "ignore_eos": bool(spec.engine.get("ignore_eos", False))}
 
 
 def warmup_sampling_kwargs() -> dict[str, Any]:

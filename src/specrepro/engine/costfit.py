@@ -24,9 +24,17 @@ model) or are 0, and are listed as ``not_fitted``. A role whose ``kv_tokens`` or
 takes a single value, or whose regressors are collinear, is an error: its coefficients are not
 identifiable.
 
-**Engine-side shapes** (:func:`steps_from_profile`). A profiled ``generate`` of ``B`` requests of
-exactly ``P`` prompt tokens (distinct token ids: no prefix-cache hits), ``ignore_eos=True``,
-``max_tokens = L``, with ``max_num_batched_tokens >= B*P`` (no chunked prefill):
+**Engine-side shapes** (:func:`steps_from_timings`). Every step record of the instrumentation plugin
+(:mod:`specrepro.engine.instrument`) carries the step's measured shape: requests, tokens scheduled
+(``n``), tokens already in the KV cache. The cost-fit sweep (:func:`profile_sweep`) runs
+``generate`` on ``B`` requests of exactly ``P`` prompt tokens (distinct token ids: no prefix-cache
+hits), ``ignore_eos=True``, ``max_tokens = L``, with ``max_num_batched_tokens >= B*P`` (no chunked
+prefill), so the shapes are also known in advance, and :func:`steps_from_timings` checks the
+measured ones against them:
+
+``kv`` as the simulator counts it, ``B * (P + generated)``: the engine's computed tokens plus the one
+token of every decoding request whose KV the step writes first (``context_tokens + num_reqs -
+prefill_reqs`` of the record).
 
 * step 0, prefill: target ``n = B*P``, ``kv = 0``; with a draft model the drafter also runs
   (prefill of the drafter, ``input_len = P``, ``kv = 0``).
@@ -36,8 +44,9 @@ exactly ``P`` prompt tokens (distinct token ids: no prefix-cache hits), ``ignore
   ``1 + ceil((L-1)/(k+1))`` (vLLM 0.32 does not shorten the last step's drafts: checked with the
   spec-decode metrics, all ``k`` drafts of every step verified and accepted).
 
-The number of ``forward`` scopes must equal the expected step count, else the shapes are not known
-and :func:`steps_from_profile` raises. n-gram and EAGLE runs have data-dependent shapes: raise.
+A different step count or shape means the sweep did not run as designed (chunked prefill, rejected
+drafts, prefix-cache hits): :func:`steps_from_timings` raises. n-gram and EAGLE runs have
+data-dependent shapes: raise.
 """
 
 from __future__ import annotations
@@ -85,11 +94,12 @@ def expected_steps(max_tokens: int, method: str = "none", k: int | None = None) 
     )
 
 
-def steps_from_profile(events: pd.DataFrame, *, batch_size: int, prompt_len: int, max_tokens: int,
-                       k: int | None = None, method: str = "none", clock: str = "cpu",
+def steps_from_timings(steps: pd.DataFrame, *, batch_size: int, prompt_len: int, max_tokens: int,
+                       k: int | None = None, method: str = "none",
                        spec_metrics: Mapping[str, float] | None = None) -> pd.DataFrame:
-    """Per-step timings (columns :data:`STEP_COLUMNS`) of one profiled run (events of
-    :func:`specrepro.engine.breakdown.profile_generate`) with known shapes; see the module docstring.
+    """Per-step timings (columns :data:`STEP_COLUMNS`) of one ``generate`` of the cost-fit sweep, from
+    its step table (:func:`specrepro.engine.breakdown.step_table`), shapes measured by the plugin and
+    checked against the sweep's design (see the module docstring).
 
     ``spec_metrics`` (optional; the difference of ``llm.get_metrics()`` around the run): keys
     ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``; checked: every draft accepted.
@@ -98,13 +108,11 @@ def steps_from_profile(events: pd.DataFrame, *, batch_size: int, prompt_len: int
     if B < 1 or P < 1:
         raise SpecReproError(f"batch_size and prompt_len must be >= 1, got {B}, {P}")
     want = expected_steps(max_tokens, method, k)
-    fw = events[events["scope"] == "forward"]
-    per_step = fw.groupby("step").size()
-    if len(fw) != want or (per_step != 1).any():
+    where = f"(method {method}, B={B}, P={P}, max_tokens={max_tokens}, k={k})"
+    if len(steps) != want:
         raise SpecReproError(
-            f"{len(fw)} forward scopes in {per_step.size} steps, expected {want} steps of one forward "
-            f"(method {method}, B={B}, P={P}, max_tokens={max_tokens}, k={k}): the step shapes are not known "
-            "(chunked prefill? rejected drafts? prefix-cache hits? several runs in one table?)"
+            f"{len(steps)} engine steps recorded, expected {want} {where}: the step shapes are not the sweep's "
+            "(chunked prefill? rejected drafts? prefix-cache hits?)"
         )
     if method == "draft_model" and spec_metrics is not None:
         drafts = spec_metrics.get("num_draft_tokens", 0)
@@ -114,28 +122,38 @@ def steps_from_profile(events: pd.DataFrame, *, batch_size: int, prompt_len: int
                 f"draft_model run accepted {acc} of {drafts} draft tokens: shapes assume every draft is accepted "
                 "(use the target itself as the draft model)"
             )
-    from .breakdown import step_table
-
-    st = step_table(events, scopes=("forward", "draft"), clock=clock).sort_values("step")
+    st = steps.sort_values("step").reset_index(drop=True)
     rows = []
-    for s in st.itertuples(index=False):
-        j = int(s.step)
+    for j, s in enumerate(st.itertuples(index=False)):
         if j == 0:
             n, kv, inp, phase = B * P, 0, P, "prefill"
         elif method == "none":
             n, kv, inp, phase = B, B * (P + j), None, "decode"
         else:
             n, kv, inp, phase = B * (k + 1), B * (P + 1 + (k + 1) * (j - 1)), k + 1, "decode"
-        draft_s = s.draft_s if method == "draft_model" else 0.0
-        common = dict(step=j, phase=phase, method=method, batch_size=B, prompt_len=P, k=k or 0, clock=clock)
-        rows.append({**common, "role": "target", "kv_tokens": kv, "batched_tokens": n, "seconds": s.forward_s,
-                     "overhead_s": s.step_s - s.forward_s - draft_s})
+        got_kv = int(s.context_tokens) + int(s.num_reqs) - int(s.prefill_reqs)
+        if (int(s.scheduled_tokens), got_kv, int(s.num_reqs)) != (n, kv, B):
+            raise SpecReproError(
+                f"step {j}: measured {int(s.num_reqs)} requests, {int(s.scheduled_tokens)} tokens scheduled, kv {got_kv}; "
+                f"the sweep's design says {B}, {n}, {kv} {where}"
+            )
+        draft_s = float(s.drafting_s) if method == "draft_model" else 0.0
+        common = dict(step=j, phase=phase, method=method, batch_size=B, prompt_len=P, k=k or 0, clock=s.clock)
+        rows.append({**common, "role": "target", "kv_tokens": kv, "batched_tokens": n, "seconds": float(s.verification_s),
+                     "overhead_s": float(s.step_s) - float(s.verification_s) - draft_s})
         if method == "draft_model":
             rows.append({**common, "role": "drafter", "kv_tokens": kv, "batched_tokens": inp, "seconds": draft_s,
                          "overhead_s": np.nan})
     out = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
     out["k"] = out["k"].astype("int64")
     return out
+
+
+def prompt_vocab(model_vocab: int, tokenizer_len: int) -> int:
+    """Token ids a synthetic prompt may use: those of both the model and the tokenizer. Qwen3 and
+    GLM-4.5 pad their embeddings past the tokenizer, and vLLM 0.10.1.1 rejects a prompt id above the
+    tokenizer's largest ("Token id ... is out of vocabulary", v1/engine/processor.py)."""
+    return min(int(model_vocab), int(tokenizer_len))
 
 
 def profile_prompts(batch_size: int, prompt_len: int, vocab_size: int, offset: int = 0) -> list:
@@ -153,29 +171,31 @@ def sweep_sampling_kwargs(max_tokens: int) -> dict:
     return {"max_tokens": int(max_tokens), "ignore_eos": True, "temperature": 0.0}
 
 
-def profile_sweep(llm, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int], max_tokens: int,
+def profile_sweep(llm, steplog, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int], max_tokens: int,
                   method: str = "none", k: int | None = None, warmup: bool = True) -> pd.DataFrame:
-    """Profile one ``generate`` per (B, P) on a built ``LLM`` and stack :func:`steps_from_profile`.
+    """One ``generate`` per (B, P) on a built ``LLM`` whose plugin records timings into ``steplog``
+    (:class:`specrepro.engine.instrument.StepLog`); stacks :func:`steps_from_timings`.
 
-    The LLM must be built with ``VLLM_CUSTOM_SCOPES_FOR_PROFILING=1``, in-process engine,
-    ``max_num_batched_tokens >= max(B) * max(P)``; for ``draft_model`` the draft must be the target.
+    The LLM needs ``max_num_batched_tokens >= max(B) * max(P)``; for ``draft_model`` the draft must be
+    the target.
     """
     from vllm import SamplingParams
 
-    from .breakdown import profile_generate
+    from .breakdown import step_table
     from .counters import counter_delta, read_counters
 
-    vocab = llm.llm_engine.vllm_config.model_config.get_vocab_size()
+    vocab = prompt_vocab(llm.llm_engine.vllm_config.model_config.get_vocab_size(), len(llm.get_tokenizer()))
     sp = SamplingParams(**sweep_sampling_kwargs(max_tokens))
     if warmup:
         llm.generate(profile_prompts(max(batch_sizes), max(prompt_lens), vocab, offset=99), sp, use_tqdm=False)
+    steplog.new()
     tables = []
     for i, (B, P) in enumerate(itertools.product(batch_sizes, prompt_lens)):
         before = read_counters(llm.get_metrics()) if method != "none" else None
-        _, ev = profile_generate(llm, profile_prompts(B, P, vocab, offset=1000 * (i + 1)), sp)
+        llm.generate(profile_prompts(B, P, vocab, offset=1000 * (i + 1)), sp, use_tqdm=False)
         metrics = counter_delta(before, read_counters(llm.get_metrics())) if before is not None else None
-        tables.append(steps_from_profile(ev, batch_size=B, prompt_len=P, max_tokens=max_tokens, k=k,
-                                         method=method, spec_metrics=metrics))
+        tables.append(steps_from_timings(step_table(steplog.new()), batch_size=B, prompt_len=P, max_tokens=max_tokens,
+                                         k=k, method=method, spec_metrics=metrics))
     return pd.concat(tables, ignore_index=True)
 
 

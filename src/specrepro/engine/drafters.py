@@ -21,7 +21,7 @@ Three steps, three verbs, each a rule:
 Both trainers start from a closed-form least-squares fit (seconds; most of the gain per CPU second),
 then run a few epochs of AdamW in bf16 autocast with a fixed seed. The held-out prompts' acceptance
 length at ``k`` = 3 of the untrained drafter, of the closed-form fit and of the trained drafter is
-computed with the trace code (``specrepro.engine.traces``: vLLM's greedy acceptance rule, checked
+computed with the host-side trace code (``specrepro.engine.oracle``: vLLM's greedy acceptance rule, checked
 against vLLM's counters in the tests; the mean over output positions) and stored, with the times and
 losses, in the drafter's manifest under ``training``; the benchmark then measures the trained drafter
 in vLLM (its counters) on the benchmark prompts.
@@ -128,7 +128,7 @@ def split_states(states: np.ndarray, seqs: Sequence[np.ndarray]) -> list[np.ndar
     return np.split(states, np.cumsum(lens)[:-1])
 
 
-# --- modules (plain torch, batched; the same layer maths as specrepro.engine.traces) ---------------
+# --- modules (plain torch, batched; the same layer maths as specrepro.engine.oracle) ---------------
 
 
 def _torch_modules():
@@ -137,7 +137,7 @@ def _torch_modules():
     import torch.nn.functional as F
     from torch import nn
 
-    from .traces import _rope
+    from .oracle import _rope
 
     class _Holder(nn.Module):
         pass
@@ -595,7 +595,7 @@ def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.Dat
     and per draft position the share of steps whose first t drafts are all accepted."""
     import torch
 
-    from .traces import _draft_model_acc, _EagleHead, _Model, acc_from_drafts
+    from .oracle import _draft_model_acc, _EagleHead, _Model, acc_from_drafts
 
     rows = [i for i, s in enumerate(df["split"]) if s == "heldout"]
     accs = []

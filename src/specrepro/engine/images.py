@@ -195,6 +195,12 @@ def job_image(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None
     return _pick(cfg, exp, method, "container", k, tree, by_batch_size) or "paper"
 
 
+def trace_image(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str) -> str | None:
+    """The image of ``method``'s acceptance-trace job (k = 20, no tree): that of the method's own entries (any
+    k), so a method that needs a newer engine (draft models) traces on it too."""
+    return job_image(cfg, exp, method, None, None, False)
+
+
 def job_paper_engine(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str | None = None,
                      k: int | None = None, tree: Mapping[str, Any] | None = None,
                      by_batch_size: bool | None = None) -> str | None:

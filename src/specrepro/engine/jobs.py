@@ -9,12 +9,14 @@ also records the keywords it passed in its ``.json``, and ``tests/test_engine_ar
 Jobs (``rule``, the output that names it, its log):
 
     engine_bench    results/engine/<exp>/bench/<config>.parquet                logs/engine_bench/<exp>/<config>.log
-    engine_profile  results/engine/<exp>/profile/<config>.events.parquet       logs/engine_profile/<exp>/<config>.log
-    engine_trace    results/engine/<exp>/traces/<method>/<dataset>.jsonl       logs/engine_trace/<exp>/<method>/<dataset>.log
+    engine_profile  results/engine/<exp>/profile/<config>.timings.parquet      logs/engine_profile/<exp>/<config>.log
+    engine_trace    results/engine/<exp>/traces/<method>.jsonl                 logs/engine_trace/<exp>/<method>.log
     engine_sglang_bench  results/engine/<exp>/bench/<config>.parquet           logs/engine_sglang_bench/<exp>/<config>.log
 
-Engine trace jobs compute acceptance from the no-SD outputs on the host (``specrepro.engine.traces``),
-without ``vllm.LLM``: their records say ``runner: host`` and carry no keywords. The bench jobs of an
+Engine trace jobs run one ``vllm.LLM`` per (experiment, method) with ``k = TRACE_K`` drafts and
+specrepro's vLLM plugin in keep-one mode (``specrepro.engine.traces``), over every dataset of the
+experiment's no-SD run, in the experiment's image and dtype on its GPUs; their records carry the
+same keywords as a bench job's (``config`` and ``method`` are the method). The bench jobs of an
 ``engine: sglang`` experiment (Fig. 2) run SGLang (:mod:`specrepro.engine.sglang`): their records say
 ``runner: sglang`` and carry ``sglang_kwargs`` (every keyword of ``sglang.Engine``) instead of
 ``llm_kwargs``. A vLLM draft-tree job whose image's vLLM has no tree path is no job of the DAG
@@ -30,16 +32,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .args import BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, sampling_kwargs, warmup_sampling_kwargs
-from .images import image_engine, image_vllm_version, job_image, job_paper_engine
+from .args import TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, sampling_kwargs
+from .args import trace_sampling_kwargs, warmup_sampling_kwargs
+from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 
-#: methods whose per-position traces the engine_trace rule computes (from the no-SD outputs)
-TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3")
-
 BENCH_OUTPUT = "results/engine/{exp}/bench/{config}.parquet"
-PROFILE_OUTPUT = "results/engine/{exp}/profile/{config}.events.parquet"
-TRACE_OUTPUT = "results/engine/{exp}/traces/{method}/{dataset}.jsonl"
+PROFILE_OUTPUT = "results/engine/{exp}/profile/{config}.timings.parquet"
+TRACE_OUTPUT = "results/engine/{exp}/traces/{method}.jsonl"
 
 
 def _experiments(cfg: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -132,6 +132,29 @@ def trace_datasets(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
     return [d for d in exp["datasets"] if d in base]
 
 
+def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
+    """The spec (JSON object) of ``specrepro engine-trace``: the experiment's engine and image, one method,
+    ``k = TRACE_K`` drafts, every dataset of its no-SD run at batch size 1 (``engine.trace_env`` on top of
+    ``engine.env``; the experiment's ``engine_settings`` over the engine section, as its bench)."""
+    exp = _experiments(cfg)[exp_name]
+    model = cfg["models"][exp["model"]]
+    engine = engine_settings(cfg, exp)
+    return {
+        "exp": exp_name,
+        "model": exp["model"],
+        "method": method,
+        "k": TRACE_K,
+        "datasets": {d: max_output(cfg, exp, d) for d in trace_datasets(cfg, exp_name)},
+        "batch_sizes": [1],
+        "num_requests": int(exp.get("num_requests") or 10**9),
+        "engine": {**engine, "env": {**(engine.get("env") or {}), **(engine.get("trace_env") or {})}},
+        "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
+        "drafter": {k: v for k, v in drafter_of(cfg, exp, method).items() if k in ("method_name", "max_model_len")},
+        "batching": engine.get("batching", "replicate"),
+        "image": trace_image(cfg, exp, method),
+    }
+
+
 def cost_sweep(cfg: Mapping[str, Any], exp_name: str, label: str) -> dict | None:
     """The cost-fit sweep of a profiled pass whose step shapes are known (no SD, or a copy-of-target draft)."""
     exp = _experiments(cfg)[exp_name]
@@ -173,9 +196,8 @@ def engine_jobs(cfg: Mapping[str, Any]) -> list[EngineJob]:
                                      PROFILE_OUTPUT.format(exp=x, config=label), f"logs/engine_profile/{x}/{label}.log"))
     for x in exps:
         for m in trace_methods(cfg, x):
-            for d in trace_datasets(cfg, x):
-                out.append(EngineJob("engine_trace", x, m, m, None, TRACE_OUTPUT.format(exp=x, method=m, dataset=d),
-                                     f"logs/engine_trace/{x}/{m}/{d}.log", dataset=d))
+            out.append(EngineJob("engine_trace", x, m, m, TRACE_K, TRACE_OUTPUT.format(exp=x, method=m),
+                                 f"logs/engine_trace/{x}/{m}.log"))
     return out
 
 
@@ -211,29 +233,34 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
     exp = _experiments(cfg)[job.exp]
     model = cfg["models"][exp["model"]]
     bs = None if job.rule == "engine_trace" else bool(experiment_configs(exp)[job.config].get("k_by_batch_size"))
-    image = job_image(cfg, exp, job.method, job.k, job.tree, bs)
+    trace = job.rule == "engine_trace"
+    image = trace_image(cfg, exp, job.method) if trace else job_image(cfg, exp, job.method, job.k, job.tree, bs)
     engine, version = image_engine(image) if image else ("vllm", cpu_vllm)
     rec: dict[str, Any] = {
         "job": job.output, "rule": job.rule, "experiment": job.exp, "config": job.config, "method": job.method,
         "k": job.k, "image": image, "engine": engine, "engine_version": version,
         "vllm_version": version if engine == "vllm" else None,
-        "paper_engine": job_paper_engine(cfg, exp, job.method, job.k, job.tree, bs),
+        "paper_engine": job_paper_engine(cfg, exp, job.method, None if trace else job.k, job.tree, False if trace else bs),
         "gpus": int(model.get("tensor_parallel_size", 1)) if (cfg.get("run") or {}).get("kind") == "gpu" else 0,
         "log": job.log, "env": {**((cfg.get("engine") or {}).get("env") or {}), **(VLLM_TREE_ENV if job.tree else {})},
     }
-    if job.rule == "engine_trace":
-        return {**rec, "dataset": job.dataset, "runner": "host", "llm_kwargs": None, "sampling_params": None}
     if job.rule == "engine_sglang_bench":
         return {**rec, **_sglang_record(cfg, job, workdir)}
-    spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
+    if job.rule == "engine_trace":
+        spec = BenchSpec.from_json(trace_spec(cfg, job.exp, job.method))
+        rec["env"] = {**rec["env"], **spec.engine["env"]}
+    else:
+        spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
     drafter = drafter_of(cfg, exp, job.method)
     ddir = model_dir(manifest_path(exp["model"], job.method), workdir) if drafter.get("source") else None
     sweep = cost_sweep(cfg, job.exp, job.config) if job.rule == "engine_profile" else None
     rec.update(
         runner="vllm",
         llm_kwargs=engine_kwargs(spec, model_dir(manifest_path(exp["model"]), workdir), ddir, cost_sweep=sweep),
-        sampling_params={d: sampling_kwargs(spec, d) for d in spec.datasets},
-        other_sampling_params={"warmup": warmup_sampling_kwargs()},
+        sampling_params={d: (trace_sampling_kwargs if job.rule == "engine_trace" else sampling_kwargs)(spec, d)
+                         for d in spec.datasets},
+        other_sampling_params=({"counter_check": _counter_check_kwargs(spec)} if job.rule == "engine_trace"
+                               else {"warmup": warmup_sampling_kwargs()}),
         target_model_type=_model_type(model_dir(manifest_path(exp["model"]), workdir)),
     )
     if sweep:
@@ -241,6 +268,15 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
 
         rec["other_sampling_params"]["cost_sweep"] = sweep_sampling_kwargs(int(sweep["max_tokens"]))
     return rec
+
+
+def _counter_check_kwargs(spec: BenchSpec) -> dict:
+    """``SamplingParams`` keywords of a trace job's record-only check against vLLM's counters (first dataset)."""
+    from .traces import CHECK_TOKENS
+
+    ds = next(iter(spec.datasets))
+    return {"temperature": 0.0, "max_tokens": min(CHECK_TOKENS, int(spec.datasets[ds])),
+            "seed": int(spec.engine.get("seed", 42))}
 
 
 def _sglang_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLike) -> dict:

@@ -11,7 +11,9 @@ Accounting used here (all from the Hugging Face ``config.json`` of each model):
   (``H*nq*hd + 2*H*nkv*hd + nq*hd*H``, plus biases where the architecture has them: Qwen2 q/k/v
   biases, ``attention_bias``/``mlp_bias`` flags), Qwen3's per-head ``q_norm``/``k_norm`` (``2*hd``),
   the gated MLP ``3*H*I``, two RMSNorms ``2*H``; the final norm ``H``; the LM head ``V*H`` unless
-  ``tie_word_embeddings``. Rotary frequencies are buffers, not parameters.
+  ``tie_word_embeddings``. Rotary frequencies are buffers, not parameters. MoE layers (GLM-4.5:
+  ``n_routed_experts``) have a router ``E*H + E`` and ``E + n_shared_experts`` gated MLPs of
+  ``moe_intermediate_size`` instead, after ``first_k_dense_replace`` dense layers.
 * **KV bytes per token** = ``2 * layers * kv_heads * head_dim * bytes(dtype)`` (K and V of every
   attention layer).
 * **Drafters** (``drafter_parameters``), as vLLM 0.32 loads them:
@@ -99,7 +101,7 @@ def _attention_params(c: Mapping[str, Any], d: dict, in_dim: int | None = None) 
     in_dim = H if in_dim is None else in_dim
     n = in_dim * nq * hd + 2 * in_dim * nkv * hd + nq * hd * H
     mt = _model_type(c)
-    if mt == "qwen2":  # q/k/v carry biases, o_proj does not
+    if mt == "qwen2" or (mt == "glm4_moe" and c.get("attention_bias")):  # q/k/v carry biases, o_proj does not
         n += nq * hd + 2 * nkv * hd
     elif c.get("attention_bias"):
         n += nq * hd + 2 * nkv * hd + H
@@ -121,9 +123,18 @@ def count_parameters(config: Mapping[str, Any]) -> dict:
     c = _text_config(config)
     d = _dims(c)
     layer = _attention_params(c, d) + _mlp_params(c, d) + 2 * d["H"]
+    layers = d["L"] * layer
+    if c.get("n_routed_experts"):
+        # DeepSeek-style MoE (GLM-4.5): the first first_k_dense_replace layers are dense; the others have
+        # a router (weight + e_score_correction_bias), routed experts and shared experts of
+        # moe_intermediate_size. The MTP layers (num_nextn_predict_layers) are not part of the target.
+        E, H, mI = int(c["n_routed_experts"]), d["H"], int(c["moe_intermediate_size"])
+        moe = E * H + E + (E + int(c.get("n_shared_experts") or 0)) * 3 * H * mI
+        n_moe = max(d["L"] - int(c.get("first_k_dense_replace", 0)), 0)
+        layers += n_moe * (moe - _mlp_params(c, d))
     embed = d["V"] * d["H"]
     lm_head = 0 if c.get("tie_word_embeddings", False) else d["V"] * d["H"]
-    parts = {"embed": embed, "layers": d["L"] * layer, "norm": d["H"], "lm_head": lm_head}
+    parts = {"embed": embed, "layers": layers, "norm": d["H"], "lm_head": lm_head}
     parts["total"] = sum(parts.values())
     return parts
 

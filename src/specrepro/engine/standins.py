@@ -41,7 +41,10 @@ import numpy as np
 
 from ..io import SpecReproError, dumps_json, write_json
 
-KINDS = ("tiny-llama", "tiny-eagle", "tiny-eagle3", "copy-of-target")
+from .families import SIZE_KEYS, STANDINS, build_standin
+
+#: the generic tiny kinds (tests, the self-draft check) and the stand-ins shaped like the paper's models
+KINDS = ("tiny-llama", "tiny-eagle", "tiny-eagle3", "copy-of-target") + tuple(STANDINS)
 
 BOS = "<|begin_of_text|>"
 EOS = "<|eot_id|>"
@@ -421,7 +424,10 @@ def build_model(kind: str, out_dir: str | os.PathLike, *, seed: int = 0, corpus:
     out.mkdir(parents=True, exist_ok=True)
     if any(out.iterdir()):
         raise SpecReproError(f"{out}: not empty")
-    if kind == "tiny-llama":
+    if kind in STANDINS:
+        texts = corpus_texts(corpus)
+        build_standin(kind, out, seed=seed, texts=texts, target_dir=target_dir, sizes=sizes)
+    elif kind == "tiny-llama":
         _build_llama(out, seed, corpus, target_dir, sizes)
     elif kind in ("tiny-eagle", "tiny-eagle3"):
         _build_eagle(out, seed, target_dir, sizes, kind == "tiny-eagle3")
@@ -441,14 +447,19 @@ def build_model(kind: str, out_dir: str | os.PathLike, *, seed: int = 0, corpus:
 # --- CLI ---------------------------------------------------------------------------------------
 
 
-def _parse_sizes(items: Sequence[str]) -> dict[str, int]:
+def _parse_sizes(items: Sequence[str], kind: str = "tiny-llama") -> dict[str, int]:
     out = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep:
             raise SpecReproError(f"--size {item!r}: expected key=value")
         out[key.strip()] = value.strip()
-    _sizes(out, 1)  # validates names and values
+    if kind in STANDINS:
+        from .families import _sizes as standin_sizes
+
+        standin_sizes(STANDINS[kind], out)
+    else:
+        _sizes(out, 1)  # validates names and values
     return {k: int(v) for k, v in out.items()}
 
 
@@ -456,7 +467,7 @@ def run(args: argparse.Namespace) -> None:
     from ..hub import manifest
     from ..io import read_json
 
-    sizes = _parse_sizes(args.size)
+    sizes = _parse_sizes(args.size, args.kind)
     output = Path(args.output)
     final = output.parent / "model"
     target_dir = None
@@ -478,6 +489,8 @@ def run(args: argparse.Namespace) -> None:
     kind = "drafter" if "/drafters/" in args.name else "model"
     build = {"kind": args.kind, "seed": args.seed, "corpus": [str(c) for c in args.corpus or ()],
              "target_manifest": args.target_manifest, "target_path": target_dir, "sizes": sizes}
+    if args.kind in STANDINS:
+        build["shaped_like"] = STANDINS[args.kind].shaped_like
     write_json(output, manifest(args.name, kind, "build", final, build=build))
 
 
@@ -489,6 +502,6 @@ def add_cli(sub) -> None:
     p.add_argument("--corpus", nargs="*", default=[], help="JSONL prompt files the tokenizer is trained on")
     p.add_argument("--target-manifest", help="manifest.json of the target model (drafters)")
     p.add_argument("--size", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                   help=f"override a size ({', '.join(DEFAULT_SIZES)}); repeatable")
+                   help=f"override a size ({', '.join(DEFAULT_SIZES)}; stand-ins: {', '.join(SIZE_KEYS)}); repeatable")
     p.add_argument("-o", "--output", required=True, help="resources/models/<name>/manifest.json (model in ./model/)")
     p.set_defaults(func=run)

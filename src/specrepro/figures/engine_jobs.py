@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.images import engine_table, engine_text
+from ..engine.images import engine_table, engine_text, trace_image
 from ..engine.jobs import engine_jobs
 from ..engine.metrics import config_label_text
 from ..io import SpecReproError, read_json, write_csv, write_text
@@ -33,7 +33,8 @@ SPEC = FigureSpec(
         "bench and profiled jobs (ok; failed: the engine did not start and every point is recorded as failed; "
         "points failed: the engine ran but some points raised; -- no such job). A draft-model configuration "
         "on a newer image than its experiment's no-SD run compares throughput across two vLLM versions. "
-        "Listed below: every job whose engine did not start, with the engine's own error and the job's log."
+        "Listed below: every job whose engine did not start (bench, profiled, or a method's k = 20 acceptance-trace "
+        "engine, which runs in that method's image), with the engine's own error and the job's log."
     ),
     paper_statement=(
         "The paper ran vLLM 0.10.1.1 for most experiments, 0.11.1rc1 for Qwen3-8B without thinking and for MTP, "
@@ -46,7 +47,8 @@ SPEC = FigureSpec(
 
 def add_arguments(p) -> None:
     p.add_argument("--records", nargs="*", default=[],
-                   help="job records: bench (results/engine/<exp>/bench/<config>.json), profile (.../profile/<config>.json)")
+                   help="job records: bench (results/engine/<exp>/bench/<config>.json), profile (.../profile/<config>.json), "
+                        "trace (.../traces/<method>.check.json)")
     p.add_argument("--csv", help="one row per job as CSV")
 
 
@@ -54,10 +56,11 @@ def _load(paths) -> dict:
     out = {}
     for p in paths:
         m = read_json(p)
-        if not isinstance(m, dict) or "exp" not in m or "config" not in m:
-            raise SpecReproError(f"{p}: not an engine job record (needs exp and config)")
-        kind = "profile" if Path(p).parent.name == "profile" else "bench"
-        out[(kind, m["exp"], m["config"])] = m
+        kind = {"profile": "profile", "traces": "trace"}.get(Path(p).parent.name, "bench")
+        key = "method" if kind == "trace" else "config"
+        if not isinstance(m, dict) or "exp" not in m or key not in m:
+            raise SpecReproError(f"{p}: not an engine job record (needs exp and {key})")
+        out[(kind, m["exp"], m[key])] = m
     return out
 
 
@@ -73,11 +76,19 @@ def _status(rec: dict | None, planned: bool) -> str:
 
 
 def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
-    """One row per engine job (bench, profile) with its engine, the paper's, and its outcome."""
+    """One row per engine job (bench, profile, trace) with its engine, the paper's, and its outcome (trace jobs:
+    the image and outcome only; their configuration is the method at k = 20)."""
     engines = {(r["exp"], r["config"]): r for r in engine_table(run_config)}
+    exps = {e["name"]: e for e in run_config.get("experiments", [])}
     rows = []
     for job in engine_jobs(run_config):
         if job.rule == "engine_trace":
+            rec = records.get(("trace", job.exp, job.method))
+            rows.append({"exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": "trace",
+                         "output": job.output, "image": trace_image(run_config, exps[job.exp], job.method),
+                         "engine_version": (rec or {}).get("engine_version"), "status": _status(rec, True),
+                         "error": (rec or {}).get("error") if (rec or {}).get("status") == "failed" else None,
+                         "log": job.log})
             continue
         kind = "profile" if job.rule == "engine_profile" else "bench"
         e = engines[(job.exp, job.config)]
@@ -105,7 +116,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
         r"Exp. & Config. & image (engine) & paper's engine (deviation) & ran & bench & profiled \\",
         r"\midrule",
     ]
-    conf = t.drop_duplicates(["exp", "config"])
+    conf = t[t["job"] != "trace"].drop_duplicates(["exp", "config"])
     for exp, r in grouped_rows(conf.itertuples(index=False), "exp", lines):
         k = None if pd.isna(r.k) else int(r.k)
         g = t[(t["exp"] == r.exp) & (t["config"] == r.config)].set_index("job")
