@@ -152,3 +152,18 @@ def test_trained_drafters_need_train_data_and_matching_kind():
     bad = copy.deepcopy(cfg)
     bad["models"]["smollm2-135m"]["drafters"]["eagle"]["source"]["train"]["kind"] = "draft_model"
     assert any(p.startswith("config error: models.smollm2-135m.drafters.eagle.source.train.kind") for p in config_problems(bad))
+
+
+def test_smollm2_engine_jobs_use_its_engine_settings():
+    """Bench, profile and trace jobs of the SmolLM2 experiment run its own dtype and n-gram lookup."""
+    from specrepro.config import validate_schema
+    from specrepro.engine.jobs import bench_spec, trace_spec
+
+    cfg = _cpu_config()
+    validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    own = next(x for x in cfg["experiments"] if x["name"] == "smollm2")["engine_settings"]
+    for spec in (bench_spec(cfg, "smollm2", "ngram-k3"), bench_spec(cfg, "smollm2", "ngram-k3", profile=True),
+                 trace_spec(cfg, "smollm2", "ngram")):
+        assert spec["engine"]["dtype"] == own["dtype"]
+        assert spec["engine"]["ngram"] == own["ngram"]
+    assert trace_spec(cfg, "smollm2", "ngram")["engine"]["env"]["OMP_NUM_THREADS"] == "1"  # engine.trace_env kept

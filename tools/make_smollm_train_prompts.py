@@ -3,7 +3,9 @@
 Four workloads shaped like the benchmark's (code editing, summarising, open chat, grade-school math),
 generated from templates with a fixed seed. Code and documents are taken from the source of this
 Python's standard library (PSF License 2.0): small functions to edit and module docstrings to
-summarise. Rerunning with another Python may change the text; the committed file is the input.
+summarise; the other summaries are fictional local news stories from sentence templates (the
+benchmark's summaries are of news). Rerunning with another Python may change the text; the committed
+file is the input.
 
     python tools/make_smollm_train_prompts.py  # rewrites the file
 """
@@ -78,7 +80,51 @@ def code_prompts(rng: random.Random) -> list[dict]:
     return [TEMPLATES["instructcoder"]({"input": src, "instruction": rng.choice(CODE_EDITS)}) for src in picked]
 
 
+TOWNS = ["Ashford", "Brookvale", "Cedar Falls", "Dunmore", "Elmstead", "Fairhaven", "Glenrock", "Harwick",
+         "Ivybridge", "Kingsmere", "Larchmont", "Northwick", "Oakridge", "Pinecrest", "Riverton", "Stonebury"]
+PEOPLE = ["Maria Lopez", "James Okafor", "Sofia Novak", "Daniel Reyes", "Aisha Khan", "Peter Lindqvist",
+          "Chen Wei", "Laura Bianchi", "Tom Hughes", "Nadia Petrova"]
+FACILITIES = [("library", "students and families"), ("swimming pool", "schools and local clubs"),
+              ("bus station", "commuters"), ("health centre", "older residents"), ("cycle path", "cyclists and walkers"),
+              ("community garden", "families"), ("skate park", "teenagers"), ("fire station", "the northern villages")]
+GROUPS = [("volunteers", "planted", "trees along the river"), ("students", "collected", "kilograms of litter from the beach"),
+          ("farmers", "harvested", "tonnes of apples"), ("nurses", "gave", "flu vaccinations"),
+          ("runners", "raised", "thousand dollars for the children's hospital"),
+          ("birdwatchers", "counted", "pairs of nesting swans")]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
+SEASONS = ["spring", "summer", "autumn", "winter"]
+
+
+def news_article(rng: random.Random) -> str:
+    """A short fictional local news story (CNN/DailyMail-shaped) from sentence templates; its wording is
+    not the benchmark's (config/prompts/smollm/cnn.jsonl)."""
+    town, who, title = rng.choice(TOWNS), rng.choice(PEOPLE), rng.choice(["Mayor", "Councillor", "Director"])
+    day, season, year = rng.choice(DAYS), rng.choice(SEASONS), rng.randint(1990, 2015)
+    if rng.random() < 0.5:
+        fac, users = rng.choice(FACILITIES)
+        s = [f"Residents of {town} can use a new {fac} from {day}, the local council said in a statement.",
+             f"Building the {fac} took {rng.randint(8, 30)} months and cost {rng.randint(2, 40) / 2:g} million dollars,"
+             f" part of it paid by a national grant.",
+             f"{title} {who} told reporters that {users} had asked for it for more than {rng.randint(3, 12)} years.",
+             f"Some neighbours had opposed the plan because of traffic, but a survey found that most people supported it.",
+             f"The old {fac} will be turned into {rng.choice(['flats', 'a museum', 'offices', 'a youth club'])}.",
+             f"An opening party with music and free food is planned for {rng.choice(DAYS)} evening."]
+    else:
+        grp, verb, obj = rng.choice(GROUPS)
+        n = rng.randint(120, 900)
+        s = [f"{grp.capitalize()} from {town} have {verb} {n} {obj} since the start of {season}, more than in any"
+             f" earlier year.",
+             f"The group started in {year} with just {rng.randint(3, 12)} members and now has more than {rng.randint(40, 200)}.",
+             f"{who}, one of the organisers, thanked local businesses for lending tools and vans.",
+             f"Experts from the university said projects like this one help both people and nature.",
+             f"New members can sign up at the town hall or on the group's website.",
+             f"The next big event is planned for {rng.choice(SEASONS)}, when they hope to pass {n + rng.randint(50, 300)}."]
+    return " ".join(s[:rng.randint(4, 6)])
+
+
 def doc_prompts(rng: random.Random) -> list[str]:
+    """Summaries: fictional local news stories (the benchmark's are news too) and module docstrings."""
+    news = [TEMPLATES["cnn"]({"article": news_article(rng)}) for _ in range(PER_WORKLOAD - 10)]
     docs = []
     for name in DOC_MODULES:
         try:
@@ -88,8 +134,8 @@ def doc_prompts(rng: random.Random) -> list[str]:
         words = " ".join(doc.split()).split(" ")
         if len(words) >= 40:
             docs.append(" ".join(words[:140]))
-    picked = rng.sample(docs, min(PER_WORKLOAD, len(docs)))
-    return [TEMPLATES["cnn"]({"article": d}) for d in picked]
+    picked = rng.sample(docs, min(10, len(docs)))
+    return news + [TEMPLATES["cnn"]({"article": d}) for d in picked]
 
 
 def chat_prompts(rng: random.Random) -> list[str]:

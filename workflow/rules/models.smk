@@ -62,6 +62,8 @@ rule drafter_train_data:
     params:
         td=lambda wc: config["models"][wc.model]["train_data"],
         engine=lambda wc: train_engine(wc.model),
+    # first in line: every drafter's engine jobs wait for it, the no-SD and n-gram ones do not
+    priority: 10
     log:
         "logs/drafter_train_data/{model}.log",
     conda:
@@ -87,6 +89,8 @@ rule drafter_train_states:
     # one thread: on a 2-core machine another job (often a vLLM engine) runs beside it, and torch's
     # threads then wait on each other (measured: 5x slower with 2 threads than with 1 under load)
     threads: 1
+    # first in line: every drafter's engine jobs wait for it, the no-SD and n-gram ones do not
+    priority: 10
     log:
         "logs/drafter_train_states/{model}.log",
     conda:
@@ -112,6 +116,8 @@ rule train_drafter:
         if TRAIN_MODELS[wc.name].get("layers") else "",
     # one thread each (as drafter_train_states): the drafters of a target train side by side
     threads: 1
+    # first in line: every drafter's engine jobs wait for it, the no-SD and n-gram ones do not
+    priority: 10
     log:
         "logs/train_drafter/{name}.log",
     conda:

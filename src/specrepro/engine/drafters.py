@@ -591,14 +591,20 @@ def write_draft(out: Path, state: Mapping[str, Any], target_dir: str, embed, lm_
 
 def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
                        k: int = EVAL_K) -> dict:
-    """Mean acceptance length (1 + accepted per step) over every output position of the held-out rows,
-    and per draft position the share of steps whose first t drafts are all accepted."""
+    """Acceptance of a drafter on the held-out rows at ``k`` drafts (vLLM's greedy rule, host-side):
+
+    ``mean_acceptance_length``: the mean over every output position (after the first) of ``acc_len``,
+    the tokens a step starting there produces; ``mean_step_length``: the mean tokens per step when the
+    outputs are walked step by step as the engine does (what vLLM's counters give: 1 + accepted /
+    drafts); ``accepted_per_position``: per draft position, the share of positions whose first t drafts
+    are all accepted."""
     import torch
 
     from .oracle import _draft_model_acc, _EagleHead, _Model, acc_from_drafts
+    from .traces import simulate_steps
 
     rows = [i for i, s in enumerate(df["split"]) if s == "heldout"]
-    accs = []
+    accs, steps = [], []
     with torch.inference_mode():
         drafter = _Model(drafter_dir)
         head = _EagleHead(drafter, _Model(target_dir), eagle3=False) if kind == "eagle" else None
@@ -609,14 +615,16 @@ def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.Dat
                 continue
             if kind == "eagle":
                 hidden = torch.as_tensor(states[i][:-1])
-                accs.append(acc_from_drafts(head.drafts(prompt, out, k, hidden=hidden), out)[1:])
+                acc = acc_from_drafts(head.drafts(prompt, out, k, hidden=hidden), out)
             else:
-                req = {"prompt_token_ids": prompt, "generated_token_ids": out}
-                accs.append(_draft_model_acc(req, drafter, k)[1:])
+                acc = _draft_model_acc({"prompt_token_ids": prompt, "generated_token_ids": out}, drafter, k)
+            accs.append(acc[1:])
+            steps += simulate_steps(acc, k + 1)
     a = np.concatenate(accs) if accs else np.zeros(0)
     per_pos = [float(np.mean(a > t)) for t in range(1, k + 1)] if a.size else []
     return {"k": k, "requests": len(accs), "positions": int(a.size),
-            "mean_acceptance_length": float(a.mean()) if a.size else None, "accepted_per_position": per_pos}
+            "mean_acceptance_length": float(a.mean()) if a.size else None,
+            "mean_step_length": float(np.mean(steps)) if steps else None, "accepted_per_position": per_pos}
 
 
 # --- CLI ---------------------------------------------------------------------------------------

@@ -15,8 +15,9 @@ For every experiment with ``trend_checks: true`` (the CPU run's real model, Smol
 4. *Acceptance falls with draft position*: each SD configuration's per-position acceptance rate
    (vLLM's counters, pooled); shown when it never rises from one position to the next.
 
-Plus, not a paper finding, the trained drafters' training records (held-out acceptance length of the
-untrained and the trained drafter at k = 3, training time). The table never decides a paper claim.
+Plus, not a paper finding, the trained drafters' training records (held-out acceptance length at k = 3
+of the untrained drafter, its least-squares start and the trained drafter, training time). The table
+never decides a paper claim.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ SPEC = FigureSpec(
         "measured in this run: vLLM's counters and profiled phases on the stand-in's own workloads (written to be "
         "shaped like the paper's four datasets); the paper's ranking of workloads by n-gram acceptance comes from its "
         "released Llama-3.1-8B traces. Last rows: the drafters trained by the pipeline, held-out acceptance length "
-        "(k = 3) before and after training. A CPU stand-in never decides a paper claim."
+        "(k = 3) untrained, after the least-squares start and after training. A CPU stand-in never decides a paper claim."
     ),
     paper_statement=(
         "n-gram drafts best where the output repeats the prompt (code editing, then summaries, chat, math); "
@@ -159,7 +160,8 @@ def drafter_rows(manifests) -> list[dict]:
             "measured": (f"untrained {_fmt(u.get('mean_acceptance_length'))}"
                          + (f", least-squares fit {_fmt(cf.get('mean_acceptance_length'))}" if cf else "")
                          + f", trained {_fmt(t.get('mean_acceptance_length'))}"
-                         f" over {t.get('positions')} positions of {t.get('requests')} held-out requests;"
+                         + (f" (per step, as vLLM counts: {_fmt(t.get('mean_step_length'))})" if t.get("mean_step_length") else "")
+                         + f" over {t.get('positions')} positions of {t.get('requests')} held-out requests;"
                          f" training {_fmt(tr.get('train_s'), '{:.0f}')} s, {tr.get('epochs')} epoch(s)"),
             "paper": "(not a paper finding)",
             "shown": (t.get("mean_acceptance_length") or 0) > (u.get("mean_acceptance_length") or 0),
