@@ -70,3 +70,17 @@ def test_paper_ranking_from_acceptance_metrics_and_drafter_records(tmp_path):
     man.write_text(json.dumps(rec))
     (row,) = T.drafter_rows([man])
     assert row["shown"] is False and "untrained 1.02, least-squares fit 1.38, trained 1.01" in row["measured"]
+
+
+def test_verification_share_pools_the_profiled_requests():
+    """One row per (configuration, batch size): phase times summed over the requests, then shares."""
+    rows = [{"config": "eagle-k3", "batch_size": 1, "request_index": 0, "total_s": 1.0, "drafting_s": 0.2,
+             "verification_s": 0.7, "sampling_s": 0.0, "overhead_s": 0.1},
+            {"config": "eagle-k3", "batch_size": 1, "request_index": 1, "total_s": 3.0, "drafting_s": 1.8,
+             "verification_s": 1.1, "sampling_s": 0.0, "overhead_s": 0.1}]
+    bd = pd.DataFrame([{**r, **{f"{n}_share": r[f"{n}_s"] / r["total_s"] for n in ("drafting", "verification",
+                                                                                   "sampling", "overhead")}}
+                       for r in rows])
+    r = T.verification_check(bd)
+    # pooled: verification 1.8 s of 4 s (45 %), drafting 2.0 s (50 %): not the largest phase
+    assert r["measured"] == "eagle-k3 B=1 45 %" and r["shown"] is False
