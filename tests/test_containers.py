@@ -157,7 +157,7 @@ def test_dry_run_with_apptainer_resolves(tmp_path):
 def expected_image(job, cfg):
     """The image a GPU job of the paper DAG must run in: its own (specrepro.engine.images), from its wildcards."""
     from specrepro.engine.args import experiment_configs
-    from specrepro.engine.images import job_image
+    from specrepro.engine.images import job_image, trace_image
 
     exps = {e["name"]: e for e in cfg["experiments"]}
     if job["rule"] == "container_test":
@@ -169,8 +169,8 @@ def expected_image(job, cfg):
     if parts[3] in ("bench", "profile"):
         c = experiment_configs(exp)[parts[4].split(".")[0]]
         return job_image(cfg, exp, c["method"], c["k"], c["tree"], bool(c.get("k_by_batch_size")))
-    if parts[3] == "traces":
-        return job_image(cfg, exp, parts[4])
+    if parts[3] == "traces":  # traces/<method>.jsonl: the k = 20 engine runs in the method's image
+        return trace_image(cfg, exp, parts[4].split(".")[0])
     return job_image(cfg, exp)
 
 
