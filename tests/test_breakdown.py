@@ -63,6 +63,9 @@ def test_step_problems_name_what_is_wrong():
 #: step plugin <= scope, and summed over the run the plugin holds at least this share of the scope time
 #: (the rest: those statements, and a preemption now and then on a shared 2-core machine)
 SCOPE_SHARE = 0.8
+#: per step, the torch profiler's own bookkeeping inside a record_function scope (tens of microseconds):
+#: it dominates phases as short as sampling's ~50 us on a tiny model (CI saw 45 vs 60 us per step)
+SCOPE_OVERHEAD_S = 25e-6
 #: resolution of the seconds in the records (perf_counter differences as floats)
 EPS = 1e-6
 
@@ -131,7 +134,7 @@ def test_phases_add_up_to_the_step_and_agree_with_vllm_scopes(method):
     for phase, scope in pairs:
         mine, theirs = st[f"{phase}_s"].to_numpy(), scopes[scope].to_numpy()
         assert (mine <= theirs + 1e-4).all(), (phase, mine, theirs)
-        assert mine.sum() >= SCOPE_SHARE * theirs.sum(), (phase, mine.sum(), theirs.sum())
+        assert mine.sum() >= SCOPE_SHARE * theirs.sum() - len(mine) * SCOPE_OVERHEAD_S, (phase, mine.sum(), theirs.sum())
     if method == "none":
         assert (st["n_drafting"] == 0).all() and bd["drafting_s"] == 0.0 and "draft" not in scopes
         assert len(st) == eng.MAX_TOKENS_BREAKDOWN
