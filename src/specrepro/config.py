@@ -157,6 +157,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                         f"config error: {key_path(mbase + ['datasets', j2])} = {json.dumps(d)}: not one of the "
                         f"experiment's datasets (allowed: {', '.join(exp['datasets'])})"
                     )
+    problems += _trained_drafter_problems(config)
     ng = config.get("engine", {}).get("ngram", {})
     if ng and ng.get("prompt_lookup_min", 1) > ng.get("prompt_lookup_max", 1):
         problems.append(
@@ -229,6 +230,30 @@ def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> lis
                 f"{json.dumps(bool(ref.get('thinking')))}"
             )
     return problems
+
+
+def _trained_drafter_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """A drafter with a ``train`` source needs its target's ``train_data``; ``layers`` is for draft models."""
+    for m, model in (config.get("models") or {}).items():
+        for method, d in (model.get("drafters") or {}).items():
+            tr = (d.get("source") or {}).get("train")
+            if not tr:
+                continue
+            where = f"models.{m}.drafters.{method}.source.train"
+            if tr["kind"] != method:
+                yield f"config error: {where}.kind = {json.dumps(tr['kind'])}: must be the drafter's method {json.dumps(method)}"
+            if not model.get("train_data"):
+                yield f"config error: {where}: model {json.dumps(m)} has no train_data (the prompts its drafters learn from)"
+            if tr.get("layers") and tr["kind"] != "draft_model":
+                yield f"config error: {where}.layers: only a draft_model keeps a subset of the target's layers"
+            if tr["kind"] == "draft_model" and not tr.get("layers"):
+                yield f"config error: {where}: a draft_model needs layers (the target's layers it keeps, e.g. [0, 1, 29])"
+    for i, exp in enumerate(config.get("experiments", [])):
+        ng = (exp.get("engine_settings") or {}).get("ngram") or {}
+        lo = ng.get("prompt_lookup_min", config.get("engine", {}).get("ngram", {}).get("prompt_lookup_min", 3))
+        hi = ng.get("prompt_lookup_max", config.get("engine", {}).get("ngram", {}).get("prompt_lookup_max", 7))
+        if lo > hi:
+            yield f"config error: experiments[{i}].engine_settings.ngram.prompt_lookup_min = {lo}: larger than prompt_lookup_max = {hi}"
 
 
 def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:

@@ -628,7 +628,7 @@ for _x in EXPERIMENTS:
     if _methods:
         _ds = _jobs.trace_datasets(config, _x)
         TRACE_SETS[f"engine-{_x}"] = {
-            "label": f"{_x} engine run ({RUN['kind'].upper()})",
+            "label": EXPERIMENTS[_x].get("label") or f"{_x} engine run ({RUN['kind'].upper()})",
             "origin": "engine",
             "model": EXPERIMENTS[_x]["model"],
             "hardware": RUN["kind"],
@@ -652,6 +652,8 @@ def engine_targets():
         names.append("fig09_engine_bleu.pdf")
     if TREE_EXPERIMENTS:
         names += ["fig02_tree.pdf", "tab_tree.tex"]
+    if TREND_EXPERIMENTS:
+        names.append("tab_trends.tex")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
 
 
@@ -686,3 +688,50 @@ def build_target_manifest(wc):
     """A built drafter needs its target (tokenizer, hidden size); a built target needs nothing."""
     model, _, method = wc.name.partition("/drafters/")
     return [model_manifest(model)] if method else []
+
+
+# --- models from packages and drafters the pipeline trains (workflow/rules/models.smk) ----------
+
+def _sources_of(key):
+    out = {}
+    for m, d in used_models():
+        src = model_source(model_name(m, d))
+        if key in src:
+            out[model_name(m, d)] = src[key]
+    return out
+
+
+PACKAGE_MODELS = _sources_of("package")
+TRAIN_MODELS = _sources_of("train")
+# targets whose drafters are trained: their training outputs and hidden states are computed once
+TRAIN_TARGETS = sorted({n.partition("/drafters/")[0] for n in TRAIN_MODELS})
+
+
+def train_data_file(model):
+    return f"resources/models/{model}/train/outputs.parquet"
+
+
+def train_engine(model):
+    """Engine settings (JSON) of the training-data jobs: the engine section with the train_data's dtype."""
+    td = config["models"][model].get("train_data") or {}
+    return json.dumps({**ENGINE, "dtype": td.get("dtype", "bfloat16")}, sort_keys=True)
+
+
+def exp_engine(exp):
+    """The engine section with the experiment's own settings over it (dtype, n-gram lookup)."""
+    return _jobs.engine_settings(config, EXPERIMENTS[exp])
+
+
+# Experiments in the trend-check table (tab_trends): which of the paper's findings a CPU stand-in shows.
+TREND_EXPERIMENTS = [x for x, e in EXPERIMENTS.items() if e.get("trend_checks")]
+
+
+def trend_drafters():
+    """Manifests of the trained drafters of the trend-check experiments (their training records)."""
+    out = []
+    for x in TREND_EXPERIMENTS:
+        m = EXPERIMENTS[x]["model"]
+        for meth in {c["method"] for c in exp_configs(x).values()}:
+            if "train" in (drafter_of(x, meth).get("source") or {}):
+                out.append(model_manifest(m, meth))
+    return sorted(set(out))

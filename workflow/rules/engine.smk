@@ -359,3 +359,29 @@ rule fig09_engine_bleu:
     shell:
         "specrepro figure fig09_engine_bleu --run-config {input.config} --subject engine --bleu {input.bleu}"
         " --edges {params.edges} --csv {output.csv} -o {output.pdf} 2> {log}"
+
+
+rule tab_trends:
+    """Which of the paper's qualitative findings a CPU stand-in shows (trend_checks experiments), with the numbers."""
+    input:
+        config=RUN_CONFIG,
+        points=[f"results/engine/{x}/bench/{c}.parquet" for (x, c) in ENGINE_JOBS if x in TREND_EXPERIMENTS],
+        breakdown=[f"results/engine/{x}/profile/{c}.breakdown.csv" for x, c in PROFILE_JOBS if x in TREND_EXPERIMENTS],
+        acceptance=f"results/metrics/acceptance-{RELEASED['name']}.json",
+        drafters=trend_drafters(),
+    output:
+        tex="figures/tab_trends-engine.tex",
+        csv="figures/tab_trends-engine.csv",
+        json="results/engine/trends.json",
+    params:
+        released=RELEASED["name"],
+        breakdown=lambda wc, input: " ".join(repr(p) for p in input.breakdown),
+        drafters=lambda wc, input: " ".join(repr(p) for p in input.drafters),
+    log:
+        "logs/figures/tab_trends-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_trends --run-config {input.config} --subject engine --points {input.points:q}"
+        " --breakdown {params.breakdown} --acceptance-metrics {input.acceptance} --released {params.released}"
+        " --drafters {params.drafters} --csv {output.csv} --json {output.json} -o {output.tex} 2> {log}"

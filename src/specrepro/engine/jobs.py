@@ -61,7 +61,7 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
     job = experiment_configs(exp)[label]
     model = cfg["models"][exp["model"]]
     prof = cfg.get("profiling") or {}
-    engine = cfg.get("engine") or {}
+    engine = engine_settings(cfg, exp)
     datasets = profiled_datasets(exp, job, prof) if profile else job["datasets"]
     spec = {
         "exp": exp_name,
@@ -115,6 +115,16 @@ def trace_methods(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
     return list(dict.fromkeys(c["method"] for c in found.values() if c["method"] in TRACEABLE))
 
 
+def engine_settings(cfg: Mapping[str, Any], exp: Mapping[str, Any]) -> dict:
+    """The engine section with the experiment's own ``engine_settings`` over it (dtype, n-gram lookup)."""
+    base = dict(cfg.get("engine") or {})
+    own = exp.get("engine_settings") or {}
+    merged = dict(base, **{k: v for k, v in own.items() if k != "ngram"})
+    if base.get("ngram") is not None or own.get("ngram"):
+        merged["ngram"] = dict(base.get("ngram") or {}, **(own.get("ngram") or {}))
+    return merged
+
+
 def trace_datasets(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
     """Datasets of an experiment's engine trace set: those of its no-SD run."""
     exp = _experiments(cfg)[exp_name]
@@ -125,10 +135,10 @@ def trace_datasets(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
 def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
     """The spec (JSON object) of ``specrepro engine-trace``: the experiment's engine and image, one method,
     ``k = TRACE_K`` drafts, every dataset of its no-SD run at batch size 1 (``engine.trace_env`` on top of
-    ``engine.env``)."""
+    ``engine.env``; the experiment's ``engine_settings`` over the engine section, as its bench)."""
     exp = _experiments(cfg)[exp_name]
     model = cfg["models"][exp["model"]]
-    engine = cfg.get("engine") or {}
+    engine = engine_settings(cfg, exp)
     return {
         "exp": exp_name,
         "model": exp["model"],

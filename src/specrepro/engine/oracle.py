@@ -271,8 +271,10 @@ class _EagleHead:
         out = x + residual
         return out, out
 
-    def drafts(self, prompt: np.ndarray, output: np.ndarray, k: int) -> np.ndarray:
-        """``drafts[i, t]``: draft token t (0-based) of the step that starts with i output tokens."""
+    def drafts(self, prompt: np.ndarray, output: np.ndarray, k: int, hidden=None) -> np.ndarray:
+        """``drafts[i, t]``: draft token t (0-based) of the step that starts with i output tokens.
+        ``hidden``: the target's normed hidden states of ``(prompt + output)[:-1]`` when already
+        known (EAGLE-1 only; e.g. the drafters' training states), instead of the teacher-forced pass here."""
         import torch
         import torch.nn.functional as F
 
@@ -282,7 +284,10 @@ class _EagleHead:
             raise SpecReproError("EAGLE traces need prompts of at least 2 tokens")
         seq = np.concatenate([prompt, output])
         N = seq.size
-        _, h_norm, aux = llama_forward(self.t, seq[:-1], self.aux_ids)
+        if hidden is not None and not self.eagle3:
+            h_norm, aux = hidden.to(torch.float32), {}
+        else:
+            _, h_norm, aux = llama_forward(self.t, seq[:-1], self.aux_ids)
         if self.eagle3:
             hidden = F.linear(torch.cat([aux[i] for i in self.aux_ids], -1), m.get("fc.weight"))
         else:

@@ -40,6 +40,7 @@ MODULES = (
     "engine_breakdown",
     "engine_memory",
     "engine_costfit",
+    "engine_trends",
     "digitiser_table",
     "sizing_validation",
 )

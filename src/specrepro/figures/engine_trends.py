@@ -1,0 +1,212 @@
+"""Table: which of the paper's qualitative findings a CPU stand-in shows, each with its measured numbers.
+
+For every experiment with ``trend_checks: true`` (the CPU run's real model, SmolLM2-135M):
+
+1. *n-gram's acceptance ranks the workloads as the paper's does*: n-gram's acceptance length per
+   workload from vLLM's counters (all batch sizes pooled), ranked, against the ranking of the
+   paper's own data (the released Llama-3.1-8B traces' mean n-gram acceptance length, from this
+   run's acceptance metrics), workloads matched by their prompt template (instructcoder, cnn,
+   sharegpt, gsm8k). Shown when the orders are equal.
+2. *Verification dominates the step*: the verification share of the profiled step per
+   configuration and batch size (vLLM's phase annotations); shown when it is the largest phase
+   everywhere.
+3. *Speedup falls with batch size*: each SD configuration's mean speedup over no SD at the smallest
+   and the largest batch size; shown when it is lower at the largest for every configuration.
+4. *Acceptance falls with draft position*: each SD configuration's per-position acceptance rate
+   (vLLM's counters, pooled); shown when it never rises from one position to the next.
+
+Plus, not a paper finding, the trained drafters' training records (held-out acceptance length at k = 3
+of the untrained drafter, its least-squares start and the trained drafter, training time). The table
+never decides a paper claim.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ..engine.metrics import load_points, pooled_acceptance, speedup_points
+from ..io import SpecReproError, read_json, write_csv, write_json, write_text
+from ..latex import tex_escape
+
+SPEC = FigureSpec(
+    name="tab_trends",
+    kind="table",
+    title="Trend checks on a CPU stand-in",
+    paper_ref="Figs. 1, 4, 5; Sec. 4",
+    caption=(
+        "Which of the paper's qualitative findings the CPU stand-in ({subject_label}) shows, each with the numbers "
+        "measured in this run: vLLM's counters and profiled phases on the stand-in's own workloads (written to be "
+        "shaped like the paper's four datasets); the paper's ranking of workloads by n-gram acceptance comes from its "
+        "released Llama-3.1-8B traces. Last rows: the drafters trained by the pipeline, held-out acceptance length "
+        "(k = 3) untrained, after the least-squares start and after training. A CPU stand-in never decides a paper claim."
+    ),
+    paper_statement=(
+        "n-gram drafts best where the output repeats the prompt (code editing, then summaries, chat, math); "
+        "verification (the target's forward pass) takes most of a step; speedups fall as the batch grows; the "
+        "acceptance rate falls with the draft position."
+    ),
+    data="engine runs (CPU) and released traces",
+)
+
+PAPER_DATASETS = ("instructcoder", "cnn", "sharegpt", "gsm8k")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--points", nargs="+", required=True, help="bench tables of the checked experiments")
+    p.add_argument("--breakdown", nargs="*", default=[], help="profile breakdown CSVs of the checked experiments")
+    p.add_argument("--acceptance-metrics", required=True, help="results/metrics/acceptance-<released>.json")
+    p.add_argument("--released", required=True, help="name of the released trace set")
+    p.add_argument("--drafters", nargs="*", default=[], help="manifests of trained drafters (training records)")
+    p.add_argument("--csv", required=True)
+    p.add_argument("--json", help="the rows as JSON (for the report summary)")
+
+
+def _fmt(v, f="{:.2f}") -> str:
+    return "--" if v is None or (isinstance(v, float) and math.isnan(v)) else f.format(v)
+
+
+def paper_ngram_ranking(metrics: dict, released: str) -> dict[str, float]:
+    """Mean n-gram acceptance length of each paper dataset in the released traces (this run's metrics)."""
+    out = {}
+    for d in PAPER_DATASETS:
+        v = metrics.get(f"traces.{released}.{d}.ngram.mean")
+        if v is not None:
+            out[d] = float(v)
+    return out
+
+
+def ngram_check(points: pd.DataFrame, templates: dict, paper: dict) -> dict:
+    ng = points[(points["method"] == "ngram") & (points["status"] == "ok")]
+    measured = {}
+    for ds, g in ng.groupby("dataset"):
+        t = templates.get(ds)
+        if t in PAPER_DATASETS:
+            measured[ds] = pooled_acceptance(g)["acceptance_length"]
+    common = [d for d in measured if templates[d] in paper]
+    ours = sorted(common, key=lambda d: -measured[d])
+    theirs = sorted(common, key=lambda d: -paper[templates[d]])
+    shown = len(common) >= 2 and ours == theirs
+    return {
+        "check": "n-gram ranks the workloads as the paper's data do",
+        "measured": "; ".join(f"{d} {measured[d]:.2f}" for d in ours) + " (acceptance length, vLLM counters)",
+        "paper": "; ".join(f"{templates[d]} {paper[templates[d]]:.2f}" for d in theirs) + " (released traces)",
+        "shown": shown if common else None,
+    }
+
+
+def verification_check(breakdown: pd.DataFrame) -> dict:
+    if breakdown.empty or "verification_share" not in breakdown:
+        return {"check": "verification dominates the step", "measured": "no profiled steps", "paper": "42-95 %",
+                "shown": None}
+    names = [n for n in ("drafting", "verification", "sampling", "overhead") if f"{n}_share" in breakdown]
+    label = "config" if "config" in breakdown else "method"
+    rows, shown = [], True
+    # one share per configuration and batch size: the phases' times pooled over the profiled requests
+    for (cfg, b), g in breakdown.groupby([label, "batch_size"], sort=False):
+        if all(f"{n}_s" in g for n in names) and "total_s" in g and float(g["total_s"].sum()) > 0:
+            share = {n: float(g[f"{n}_s"].sum()) / float(g["total_s"].sum()) for n in names}
+        else:
+            share = {n: float(g[f"{n}_share"].mean()) for n in names}
+        shown &= share["verification"] >= max(share.values()) - 1e-12
+        rows.append(f"{cfg} B={int(b)} {100 * share['verification']:.0f} %")
+    return {"check": "verification dominates the step", "measured": "; ".join(rows),
+            "paper": "verification 42-95 % of the step (Fig. 4)", "shown": bool(shown)}
+
+
+def speedup_check(points: pd.DataFrame) -> dict:
+    t = speedup_points(points)
+    t = t[(t["method"] != "none") & t["speedup"].notna()]
+    if t.empty:
+        return {"check": "speedup falls with batch size", "measured": "no speedups", "paper": "", "shown": None}
+    per = t.groupby(["config", "batch_size"])["speedup"].mean().reset_index()
+    rows, shown = [], True
+    for cfg, g in per.groupby("config", sort=False):
+        g = g.sort_values("batch_size")
+        lo, hi = g.iloc[0], g.iloc[-1]
+        shown &= bool(hi["speedup"] < lo["speedup"])
+        rows.append(f"{cfg}: " + ", ".join(f"{s:.2f}x (B={int(b)})" for b, s in zip(g["batch_size"], g["speedup"])))
+    return {"check": "speedup falls with batch size", "measured": "; ".join(rows) + " (mean over workloads)",
+            "paper": "e.g. EAGLE, Llama-3.1-8B, GSM8K: 1.73x (B=1) to 1.21x (B=128) (Fig. 1)", "shown": shown}
+
+
+def position_check(points: pd.DataFrame) -> dict:
+    ok = points[(points["method"] != "none") & (points["status"] == "ok")]
+    rows, shown, any_ = [], True, False
+    for cfg, g in ok.groupby("config", sort=False):
+        per = pooled_acceptance(g)["acceptance_rate_per_pos"]
+        if not per:
+            continue
+        any_ = True
+        shown &= all(b <= a + 1e-12 for a, b in zip(per, per[1:]))
+        rows.append(f"{cfg}: " + " ".join(f"{x:.2f}" for x in per))
+    return {"check": "acceptance falls with draft position", "measured": "; ".join(rows) or "no drafts",
+            "paper": "e.g. MTP on GPQA: 0.92, 0.68, 0.38 (Sec. 4)", "shown": shown if any_ else None}
+
+
+def drafter_rows(manifests) -> list[dict]:
+    out = []
+    for path in manifests:
+        m = read_json(path)
+        tr = (m or {}).get("training") or {}
+        u, t = tr.get("heldout_untrained") or {}, tr.get("heldout_trained") or {}
+        cf = tr.get("heldout_closed_form") or {}
+        if not tr:
+            continue
+        out.append({
+            "check": f"trained {tr.get('kind')} beats its untrained start (held-out, k = {t.get('k', 3)})",
+            "measured": (f"untrained {_fmt(u.get('mean_acceptance_length'))}"
+                         + (f", least-squares fit {_fmt(cf.get('mean_acceptance_length'))}" if cf else "")
+                         + f", trained {_fmt(t.get('mean_acceptance_length'))}"
+                         + (f" (per step, as vLLM counts: {_fmt(t.get('mean_step_length'))})" if t.get("mean_step_length") else "")
+                         + f" over {t.get('positions')} positions of {t.get('requests')} held-out requests;"
+                         f" training {_fmt(tr.get('train_s'), '{:.0f}')} s, {tr.get('epochs')} epoch(s)"),
+            "paper": "(not a paper finding)",
+            "shown": (t.get("mean_acceptance_length") or 0) > (u.get("mean_acceptance_length") or 0),
+        })
+    return out
+
+
+def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, paper: dict, manifests=()) -> pd.DataFrame:
+    rows = []
+    for exp, p in points.groupby("exp", sort=False):
+        b = breakdown[breakdown["exp"] == exp] if "exp" in breakdown else breakdown
+        for r in (ngram_check(p, templates, paper), verification_check(b), speedup_check(p), position_check(p)):
+            rows.append({"exp": exp, **r})
+    for r in drafter_rows(manifests):
+        rows.append({"exp": "drafters", **r})
+    return pd.DataFrame(rows, columns=["exp", "check", "shown", "measured", "paper"])
+
+
+def to_latex(t: pd.DataFrame) -> str:
+    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.2\textwidth}l>{\raggedright\arraybackslash}p{0.42\textwidth}>{\raggedright\arraybackslash}p{0.22\textwidth}@{}}",
+             r"\toprule", r"Finding & shown & measured here & paper \\", r"\midrule"]
+    for r in t.itertuples(index=False):
+        shown = {True: "yes", False: "no"}.get(r.shown if r.shown is None else bool(r.shown), "n/a")
+        lines.append(f"{tex_escape(r.check)} & {shown} & {{\\scriptsize {tex_escape(r.measured)}}} & "
+                     f"{{\\scriptsize {tex_escape(r.paper)}}} \\\\")
+    if not len(t):
+        lines.append(r"\multicolumn{4}{c}{no experiment with trend checks} \\")
+    lines += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(lines)
+
+
+def build(args, ctx: TraceContext) -> None:
+    points = load_points(args.points)
+    frames = [pd.read_csv(p) for p in args.breakdown if Path(p).exists()]
+    breakdown = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    rc = read_json(args.run_config)
+    templates = {k: v.get("prompt_template") for k, v in (rc.get("datasets") or {}).items()}
+    metrics = read_json(args.acceptance_metrics)
+    if not isinstance(metrics, dict):
+        raise SpecReproError(f"{args.acceptance_metrics}: not a metrics object")
+    t = trend_table(points, breakdown, templates, paper_ngram_ranking(metrics, args.released), args.drafters)
+    write_csv(args.csv, t.assign(run_kind=ctx.run_kind))
+    if args.json:
+        write_json(args.json, json.loads(t.to_json(orient="records")))
+    write_text(args.output, to_latex(t))

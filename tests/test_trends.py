@@ -1,0 +1,86 @@
+"""The trend-check table on hand-made engine points: each check's verdict and its numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from specrepro.engine.metrics import normalise
+from specrepro.figures import engine_trends as T
+
+TEMPLATES = {"code": "instructcoder", "news": "cnn", "chat": "sharegpt", "math": "gsm8k"}
+PAPER = {"instructcoder": 3.0, "cnn": 2.0, "sharegpt": 1.5, "gsm8k": 1.2}
+
+
+def _points(ngram_acc: dict, speed: dict, per_pos: list) -> pd.DataFrame:
+    """One request per workload; no SD at 10 tok/s; SD configs at speed[(cfg, B)] x that."""
+    rows = []
+    for ds in TEMPLATES:
+        for b in (1, 8):
+            base = dict(exp="x", model="m", dataset=ds, request_index=0, batch_size=b, status="ok", wall_s=1.0,
+                        output_tokens=10)
+            rows.append({**base, "method": "none", "k": None, "config": "none", "throughput": 10.0,
+                         "acceptance_length": None, "num_drafts": None, "num_draft_tokens": None,
+                         "num_accepted_tokens": None, "accepted_per_pos": None})
+            for cfg, meth in (("ngram-k3", "ngram"), ("eagle-k3", "eagle")):
+                acc = ngram_acc[ds] if meth == "ngram" else 2.0
+                rows.append({**base, "method": meth, "k": 3, "config": cfg, "throughput": 10.0 * speed[(cfg, b)],
+                             "acceptance_length": acc, "num_drafts": 100, "num_draft_tokens": 300,
+                             "num_accepted_tokens": round(100 * (acc - 1)), "accepted_per_pos": [100 * p for p in per_pos]})
+    return normalise(pd.DataFrame(rows))
+
+
+def test_trends_shown_with_their_numbers():
+    ngram = {"code": 2.5, "news": 1.8, "chat": 1.3, "math": 1.1}
+    speed = {("ngram-k3", 1): 1.4, ("ngram-k3", 8): 1.1, ("eagle-k3", 1): 1.3, ("eagle-k3", 8): 0.9}
+    pts = _points(ngram, speed, [0.6, 0.4, 0.3])
+    bd = pd.DataFrame([{"exp": "x", "config": "eagle-k3", "batch_size": 1, "drafting_share": 0.2,
+                        "verification_share": 0.7, "sampling_share": 0.02, "overhead_share": 0.08}])
+    t = T.trend_table(pts, bd, TEMPLATES, PAPER).set_index("check")
+    assert t["shown"].tolist() == [True, True, True, True]
+    assert t.loc["n-gram ranks the workloads as the paper's data do", "measured"].startswith("code 2.50; news 1.80; chat 1.30")
+    assert "ngram-k3: 1.40x (B=1), 1.10x (B=8)" in t.loc["speedup falls with batch size", "measured"]
+    assert "eagle-k3: 0.60 0.40 0.30" in t.loc["acceptance falls with draft position", "measured"]
+    assert "eagle-k3 B=1 70 %" in t.loc["verification dominates the step", "measured"]
+
+
+def test_trends_not_shown():
+    ngram = {"code": 1.2, "news": 1.8, "chat": 1.3, "math": 1.1}  # code below news: not the paper's order
+    speed = {("ngram-k3", 1): 1.1, ("ngram-k3", 8): 1.2, ("eagle-k3", 1): 1.3, ("eagle-k3", 8): 0.9}
+    pts = _points(ngram, speed, [0.4, 0.5, 0.3])
+    bd = pd.DataFrame([{"exp": "x", "config": "eagle-k3", "batch_size": 1, "drafting_share": 0.5,
+                        "verification_share": 0.4, "sampling_share": 0.02, "overhead_share": 0.08}])
+    assert T.trend_table(pts, bd, TEMPLATES, PAPER)["shown"].tolist() == [False, False, False, False]
+
+
+def test_paper_ranking_from_acceptance_metrics_and_drafter_records(tmp_path):
+    m = {"traces.rel.cnn.ngram.mean": 2.1, "traces.rel.gsm8k.ngram.mean": 1.3, "traces.rel.cnn.eagle.mean": 3.0}
+    assert T.paper_ngram_ranking(m, "rel") == {"cnn": 2.1, "gsm8k": 1.3}
+    man = tmp_path / "manifest.json"
+    man.write_text(json.dumps({"training": {
+        "kind": "eagle", "train_s": 61.2, "epochs": 1,
+        "heldout_untrained": {"k": 3, "mean_acceptance_length": 1.02, "positions": 900, "requests": 15},
+        "heldout_trained": {"k": 3, "mean_acceptance_length": 1.09, "positions": 900, "requests": 15}}}))
+    (row,) = T.drafter_rows([man])
+    assert row["shown"] is True and "untrained 1.02, trained 1.09" in row["measured"] and "61 s" in row["measured"]
+    rec = json.loads(man.read_text())
+    rec["training"]["heldout_closed_form"] = {"k": 3, "mean_acceptance_length": 1.38}
+    rec["training"]["heldout_trained"]["mean_acceptance_length"] = 1.01
+    man.write_text(json.dumps(rec))
+    (row,) = T.drafter_rows([man])
+    assert row["shown"] is False and "untrained 1.02, least-squares fit 1.38, trained 1.01" in row["measured"]
+
+
+def test_verification_share_pools_the_profiled_requests():
+    """One row per (configuration, batch size): phase times summed over the requests, then shares."""
+    rows = [{"config": "eagle-k3", "batch_size": 1, "request_index": 0, "total_s": 1.0, "drafting_s": 0.2,
+             "verification_s": 0.7, "sampling_s": 0.0, "overhead_s": 0.1},
+            {"config": "eagle-k3", "batch_size": 1, "request_index": 1, "total_s": 3.0, "drafting_s": 1.8,
+             "verification_s": 1.1, "sampling_s": 0.0, "overhead_s": 0.1}]
+    bd = pd.DataFrame([{**r, **{f"{n}_share": r[f"{n}_s"] / r["total_s"] for n in ("drafting", "verification",
+                                                                                   "sampling", "overhead")}}
+                       for r in rows])
+    r = T.verification_check(bd)
+    # pooled: verification 1.8 s of 4 s (45 %), drafting 2.0 s (50 %): not the largest phase
+    assert r["measured"] == "eagle-k3 B=1 45 %" and r["shown"] is False
