@@ -120,6 +120,27 @@ def test_engine_figures_in_the_report_labelled_as_cpu(cpu_run):
     assert 2.0 < selfdraft.loc["draft_model-k3-bs", "acceptance_length"] < 4.0
 
 
+def test_smollm2_stand_in(cpu_run):
+    """Issue 10: the real model's figures and trend table in the report; its engine traces named as this run's;
+    greedy SD equal to no-SD for every method; trained drafters beat their untrained start on held-out prompts."""
+    tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
+    assert r"\subsection{CPU stand-in (SmolLM2-135M)}" in tex and "tab_trends-engine.tex" in tex
+    for name in ("fig05_acceptance_heatmap", "fig07_request_span", "fig11_acceptance_diff"):
+        assert (cpu_run / "figures" / f"{name}-engine-smollm2.pdf").exists()
+    heatmap = tex[tex.index("fig05_acceptance_heatmap-engine-smollm2.pdf"):]
+    assert heatmap[:heatmap.index(r"\end{figure}")].count("Data: this run's engine traces (vLLM, CPU run).") == 1
+    lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
+    sd = lossless[(lossless["exp"] == "smollm2") & (lossless["method"] != "none")]
+    assert set(sd["method"]) == {"ngram", "eagle", "draft_model"}
+    assert (sd["compared"] > 0).all() and (sd["identical"] == sd["compared"]).all()
+    trends = pd.read_csv(cpu_run / "figures" / "tab_trends-engine.csv")
+    drafters = trends[trends["exp"] == "drafters"].set_index("check")["shown"]
+    assert len(drafters) == 2 and drafters.all(), drafters
+    assert set(trends.loc[trends["exp"] == "smollm2", "check"]) == {
+        "n-gram ranks the workloads as the paper's data do", "verification dominates the step",
+        "speedup falls with batch size", "acceptance falls with draft position"}
+
+
 def test_nothing_left_to_do(cpu_run):
     proc = run_snakemake(["-n", "--profile", "profiles/cpu", "--directory", str(cpu_run)], cwd=REPO)
     assert proc.returncode == 0

@@ -188,3 +188,16 @@ def test_summary_compiles(tmp_path):
     tex = tmp_path / "report.tex"
     tex.write_text(render(TEMPLATES, run_config, prov, evaluated_claims(), [], []))
     assert latexmk(tex).read_bytes().startswith(b"%PDF")
+
+
+def test_trace_figures_name_engine_traces_as_this_runs(tmp_path):
+    """A trace figure over an engine trace set says its data are this run's engine traces, not the released ones."""
+    from specrepro.report import build_items
+
+    run_config = {"trace_sets": {
+        "h100-llama3.1-8b": {"label": "released", "origin": "released"},
+        "engine-smollm2": {"label": "CPU stand-in (SmolLM2-135M)", "origin": "engine", "hardware": "cpu"},
+    }}
+    paths = [tmp_path / "fig05_acceptance_heatmap-h100-llama3.1-8b.pdf", tmp_path / "fig05_acceptance_heatmap-engine-smollm2.pdf"]
+    items = {it.subject: it.data for it in build_items(paths, run_config, tmp_path)}
+    assert items == {"h100-llama3.1-8b": "released traces", "engine-smollm2": "this run's engine traces (vLLM, CPU run)"}

@@ -34,6 +34,16 @@ class Item:
     subject_label: str
     path: str  #: relative to the .tex file
     caption: str
+    data: str = ""  #: where the numbers come from (the spec's ``data``, naming engine traces as such)
+
+
+def data_source(spec_data: str, info: dict) -> str:
+    """The spec's data label for one subject: a trace figure over an engine trace set says so (its traces are
+    this run's vLLM's, not the released ones)."""
+    if info.get("origin") == "engine":
+        kind = str(info.get("hardware") or "").upper()
+        return spec_data.replace("released traces", f"this run's engine traces (vLLM, {kind} run)".replace(", )", ")"))
+    return spec_data
 
 
 class _Keep(dict):
@@ -69,7 +79,8 @@ def build_items(paths: Sequence[str | Path], run_config: dict, tex_dir: Path) ->
             second_label=labels[1] if len(labels) > 1 else "",
         )
         rel = os.path.relpath(Path(p).resolve(), tex_dir.resolve())
-        items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt)))
+        items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt),
+                          data_source(spec.data, info)))
     items.sort(key=lambda it: (order[it.spec.name], it.subject))
     return items
 
