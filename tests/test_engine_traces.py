@@ -235,3 +235,26 @@ def test_plan_has_a_trace_row_per_experiment_and_method():
     assert tr.loc[("llama3-70b", "eagle-k20"), "gpus"] == 4 and tr.loc[("glm-4.5-air", "mtp-k20"), "gpus"] == 4
     assert len(tr) == 13 and (tr["est_hours"] > 0).all()
     assert tr.loc[("llama3.1-8b", "ngram-k20"), "points"] == 4 * 500
+
+
+def test_merge_names_a_failed_trace_engine(tmp_path, capsys):
+    """A trace job whose engine failed leaves an empty trace and a check record saying so: the merge names that
+    file and the way out (the next run leaves the method out of the trace set) instead of "no request"."""
+    from specrepro import cli
+
+    ok = tmp_path / "ngram.jsonl"
+    ok.write_text(json.dumps({"id": "a", "dataset": "x", "prompt_token_ids": [1], "generated_token_ids": [2],
+                              "acc_ngram": {"acc_len": [1]}}) + "\n")
+    bad = tmp_path / "eagle.jsonl"
+    bad.write_text("")
+    (tmp_path / "eagle.check.json").write_text(json.dumps({"status": "failed", "error": "ValueError: no head"}))
+    (tmp_path / "ngram.check.json").write_text(json.dumps({"status": "ok"}))
+    out = tmp_path / "merged.jsonl"
+    assert cli.main(["merge-traces", str(ok), str(bad), "--dataset", "x", "-o", str(out)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad} (its engine failed: ValueError: no head)" in err[0]
+    assert "run snakemake again" in err[0] and not out.exists()
+    bad.write_text(ok.read_text().replace("ngram", "eagle"))
+    (tmp_path / "eagle.check.json").write_text(json.dumps({"status": "ok"}))
+    assert cli.main(["merge-traces", str(ok), str(bad), "--dataset", "x", "-o", str(out)]) == 0
+    assert set(json.loads(out.read_text())) >= {"acc_ngram", "acc_eagle"}

@@ -569,9 +569,14 @@ def _merge_traces(sub) -> None:
     def run(a):
         import json
 
-        from .engine.traces import merge_trace_records
+        from .engine.traces import failed_trace_engines, merge_trace_records
         from .io import atomic_path
 
+        failed = failed_trace_engines(a.inputs)
+        if failed:
+            # the trace set was fixed when the DAG was built; the run after this one leaves the method out
+            raise SpecReproError(f"merge-traces: no trace from {failed[0]}: run snakemake again, which leaves "
+                                 "that method out of the experiment's trace set (and names it)")
         files = {path: [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
                  for path in a.inputs}
         merged, dropped = merge_trace_records(files, a.dataset)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -115,6 +116,25 @@ def counters_from_records(records: Iterable[Mapping], k: int) -> dict[str, Any]:
         out["num_accepted_tokens"] += v - 1
         for j in range(v - 1):
             out["accepted_per_pos"][j] += 1
+    return out
+
+
+def check_file(trace_path: str | Path) -> Path:
+    """The check record beside a trace job's output (``<method>.jsonl`` -> ``<method>.check.json``)."""
+    path = Path(trace_path)
+    return path.with_name(path.name.removesuffix(".jsonl") + ".check.json")
+
+
+def failed_trace_engines(paths: Sequence[str | Path]) -> list[str]:
+    """One line per trace file whose job recorded that its engine failed (its check record's status)."""
+    out = []
+    for path in paths:
+        try:
+            rec = json.loads(check_file(path).read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("status") == "failed":
+            out.append(f"{path} (its engine failed: {str(rec.get('error') or 'see ' + str(check_file(path)))[:200]})")
     return out
 
 
