@@ -409,6 +409,11 @@ def model_name(model, method=None):
     return model if method is None else f"{model}/drafters/{method}"
 
 
+def target_of(name):
+    """The target model of a model key (``<model>`` or ``<model>/drafters/<method>``)."""
+    return name.partition("/drafters/")[0]
+
+
 def model_source(name):
     model, _, method = name.partition("/drafters/")
     m = config["models"][model]

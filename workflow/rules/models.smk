@@ -104,8 +104,8 @@ rule train_drafter:
     """One drafter trained on CPU (EAGLE-1 head or distilled shallow draft), fixed seed; manifest with its training record."""
     input:
         target=build_target_manifest,
-        data=lambda wc: train_data_file(wc.name.partition("/drafters/")[0]),
-        states=lambda wc: train_data_file(wc.name.partition("/drafters/")[0]).replace("outputs.parquet", "states.npy"),
+        data=lambda wc: train_data_file(target_of(wc.name)),
+        states=lambda wc: train_data_file(target_of(wc.name)).replace("outputs.parquet", "states.npy"),
     output:
         "resources/models/{name}/manifest.json",
     wildcard_constraints:
