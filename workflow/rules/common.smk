@@ -648,7 +648,10 @@ def engine_targets():
     """Engine figures and tables of the report, for this config."""
     if not EXPERIMENTS:
         return []
-    names = ["fig01_speedup.pdf", "tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex", "tab_engine_jobs.tex"]
+    names = ["tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex", "tab_engine_jobs.tex"]
+    # Fig. 1 plots the non-reasoning chain experiments: a run of reasoning experiments only has none
+    if all_bench_points(thinking=False, tree=False):
+        names.insert(0, "fig01_speedup.pdf")
     if any(e.get("thinking") for e in EXPERIMENTS.values()):
         names.append("fig03_reasoning.pdf")
     if PROFILE_JOBS:
