@@ -77,6 +77,18 @@ def test_cpu_dag_resolves(tmp_path):
     assert planned_jobs(proc.stdout)["report"] == 1
 
 
+def test_reasoning_only_run_has_no_fig01(tmp_path):
+    """A run whose only experiment is a reasoning one (CI's SLURM run) has no Fig. 1 points: no fig01 job,
+    Fig. 3 instead, and the report still planned."""
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    small = tmp_path / "thinking.yaml"
+    small.write_text(yaml.safe_dump({"experiments": [e for e in cfg["experiments"] if e["name"] == "standin-qwen3-8b-thinking"]}))
+    proc = run_snakemake(["-n", "--configfile", CPU, str(small), "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = planned_jobs(proc.stdout)
+    assert jobs["report"] == 1 and jobs["fig03_reasoning"] == 1 and "fig01_speedup" not in jobs
+
+
 def test_bad_config_stops_before_any_job(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     cfg["experiments"][0]["batch_sizes"] = [0, 16]
