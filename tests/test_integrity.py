@@ -67,3 +67,19 @@ def test_workflow_rebuilds_a_truncated_table(tmp_path):
     proc = snakemake(*args, target)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (work / target).read_bytes() == good
+
+
+def test_atomic_dir_replaces_only_on_success(tmp_path):
+    from specrepro.io import atomic_dir
+
+    final = tmp_path / "model"
+    final.mkdir()
+    (final / "old").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_dir(final) as tmp:
+            (tmp / "new").write_text("new")
+            raise RuntimeError("killed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"] and (final / "old").exists()
+    with atomic_dir(final) as tmp:
+        (tmp / "new").write_text("new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"] and sorted(p.name for p in final.iterdir()) == ["new"]

@@ -26,14 +26,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..io import SpecReproError, dumps_json, sha256_file, write_json
+from ..io import SpecReproError, atomic_dir, dumps_json, sha256_file, write_json
 
 #: GGUF tensor name (after ``blk.N.``) → Hugging Face Llama name (after ``model.layers.N.``)
 LAYER_NAMES = {
@@ -295,16 +293,8 @@ def run(args: argparse.Namespace) -> None:
     check_gguf(gguf_path, args.sha256)
     output = Path(args.output)
     final = output.parent / "model"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=output.parent))
-    try:
+    with atomic_dir(final) as tmp:
         general = convert_gguf(gguf_path, tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     kind = "drafter" if "/drafters/" in args.name else "model"
     package = {"name": args.package, "version": args.version, "file": args.file, "sha256": args.sha256,
                "gguf_path": str(gguf_path), "gguf_bytes": gguf_path.stat().st_size, "gguf_metadata": general}

@@ -33,13 +33,12 @@ import argparse
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..io import SpecReproError, dumps_json, write_json
+from ..io import SpecReproError, atomic_dir, dumps_json, write_json
 
 from .families import EMBED_STD, INIT_STD, SIZE_KEYS, STANDINS, build_standin, random_weights
 
@@ -453,16 +452,8 @@ def run(args: argparse.Namespace) -> None:
         if not isinstance(tm, dict) or "path" not in tm:
             raise SpecReproError(f"{args.target_manifest}: no 'path' field (not a model manifest)")
         target_dir = tm["path"]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".model.", dir=output.parent))
-    try:
+    with atomic_dir(final) as tmp:
         build_model(args.kind, tmp, seed=args.seed, corpus=args.corpus or (), target_dir=target_dir, **sizes)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     kind = "drafter" if "/drafters/" in args.name else "model"
     build = {"kind": args.kind, "seed": args.seed, "corpus": [str(c) for c in args.corpus or ()],
              "target_manifest": args.target_manifest, "target_path": target_dir, "sizes": sizes}
