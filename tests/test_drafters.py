@@ -167,3 +167,19 @@ def test_smollm2_engine_jobs_use_its_engine_settings():
         assert spec["engine"]["dtype"] == own["dtype"]
         assert spec["engine"]["ngram"] == own["ngram"]
     assert trace_spec(cfg, "smollm2", "ngram")["engine"]["env"]["OMP_NUM_THREADS"] == "1"  # engine.trace_env kept
+
+
+@pytest.mark.parametrize("kind", ["eagle", "draft_model"])
+def test_training_lowers_the_loss(tiny, kind):
+    """The shared training loop (D._fit) fits both drafters: the mean loss falls from epoch to epoch."""
+    import torch
+
+    out, df, states = tiny
+    torch.manual_seed(0)
+    if kind == "eagle":
+        rec = D.train_eagle(str(out), df, states, seed=0, epochs=3, lr=3e-3, batch=2)
+    else:
+        rec = D.train_draft(str(out), df, states, layers=[0, 1], seed=0, epochs=3, lr=3e-3, batch=2)
+    loss = rec["epoch_loss"]
+    assert len(loss) == 3 and loss[0] > loss[1] > loss[2], loss
+    assert rec["train_sequences"] == 3 and rec["train_positions"] == 3 * 19

@@ -333,6 +333,45 @@ def _ce_vocab(lm, outputs, restrict: bool):
     return lm[keep].to(torch.bfloat16), label_of
 
 
+def _fit(module, kind: str, batch_loss, shift: int, train: Sequence[int], seqs, states, prompt_len, *, epochs: int,
+         lr: float, batch: int, rng, log=None):
+    """``epochs`` of AdamW (bf16 autocast, the warm-up/decay schedule, gradients clipped at 1) over batches of
+    similar length of the ``train`` sequences. ``batch_loss(s, hs, T, valid, out_pos)`` gives a batch's loss
+    from its padded tokens ``s`` and target states ``hs``: ``T`` positions (the length less ``shift``), those
+    inside each sequence (``valid``) and, of those, the output positions (``out_pos``). Returns (mean loss per
+    epoch, training lengths, start time)."""
+    import torch
+
+    opt = torch.optim.AdamW(module.parameters(), lr=lr, weight_decay=0.0)
+    lens = [len(seqs[i]) for i in train]
+    sched = _schedule(opt, epochs * len(_batches(lens, batch, None)))
+    losses = []
+    t1 = time.perf_counter()
+    for ep in range(epochs):
+        ep_loss = []
+        for b in _batches(lens, batch, rng):
+            rows = [train[i] for i in b]
+            s, n = _pad([seqs[i].numpy() for i in rows])
+            hs, _ = _pad([states[i] for i in rows])
+            P = torch.as_tensor([prompt_len[i] for i in rows])
+            T = s.shape[1] - shift
+            j = torch.arange(T)[None]
+            valid = j < (n[:, None] - shift)
+            out_pos = valid & (j >= (P[:, None] - 1))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = batch_loss(s, hs, T, valid, out_pos)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            ep_loss.append(loss.item())
+        losses.append(float(np.mean(ep_loss)) if ep_loss else None)
+        if log:
+            print(f"{kind} epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t1:.1f} s)", file=log, flush=True)
+    return losses, lens, t1
+
+
 def _rows(df: pd.DataFrame, split: str) -> list[int]:
     return [i for i, s in enumerate(df["split"]) if s == split]
 
@@ -399,44 +438,22 @@ def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
     if on_stage:
         on_stage("closed_form", head.state_dict())
     lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab)
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0)
-    lens = [len(seqs[i]) for i in train]
-    steps = epochs * len(_batches(lens, batch, None))
-    sched = _schedule(opt, steps)
-    losses = []
-    t1 = time.perf_counter()
-    for ep in range(epochs):
-        ep_loss = []
-        for b in _batches(lens, batch, rng):
-            rows = [train[i] for i in b]
-            s, n = _pad([seqs[i].numpy() for i in rows])
-            hs, _ = _pad([states[i] for i in rows])
-            P = torch.as_tensor([prompt_len[i] for i in rows])
-            T = s.shape[1] - 2
-            j = torch.arange(T)[None]
-            valid = j < (n[:, None] - 2)
-            out_pos = valid & (j >= (P[:, None] - 1))
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                inp = hs[:, :T] + noise * rms_in * torch.randn(len(rows), T, h)
-                f1 = head(s[:, 1:T + 1], inp).float()
-                loss = F.smooth_l1_loss(f1[valid], hs[:, 1:T + 1][valid])
-                if out_pos.any():
-                    loss = loss + ce_weight * F.cross_entropy(F.linear(f1[out_pos], lm).float(), label_of[s[:, 2:T + 2][out_pos]])
-                if unroll and T > 1:
-                    f2 = head(s[:, 2:T + 1], f1[:, : T - 1]).float()
-                    v2, o2 = valid[:, 1:], out_pos[:, 1:]
-                    loss = loss + F.smooth_l1_loss(f2[v2], hs[:, 2:T + 1][v2])
-                    if o2.any():
-                        loss = loss + ce_weight * F.cross_entropy(F.linear(f2[o2], lm).float(), label_of[s[:, 3:T + 2][o2]])
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            ep_loss.append(loss.item())
-        losses.append(float(np.mean(ep_loss)) if ep_loss else None)
-        if log:
-            print(f"eagle epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t1:.1f} s)", file=log, flush=True)
+    def eagle_loss(s, hs, T, valid, out_pos):
+        inp = hs[:, :T] + noise * rms_in * torch.randn(len(s), T, h)
+        f1 = head(s[:, 1:T + 1], inp).float()
+        loss = F.smooth_l1_loss(f1[valid], hs[:, 1:T + 1][valid])
+        if out_pos.any():
+            loss = loss + ce_weight * F.cross_entropy(F.linear(f1[out_pos], lm).float(), label_of[s[:, 2:T + 2][out_pos]])
+        if unroll and T > 1:
+            f2 = head(s[:, 2:T + 1], f1[:, : T - 1]).float()
+            v2, o2 = valid[:, 1:], out_pos[:, 1:]
+            loss = loss + F.smooth_l1_loss(f2[v2], hs[:, 2:T + 1][v2])
+            if o2.any():
+                loss = loss + ce_weight * F.cross_entropy(F.linear(f2[o2], lm).float(), label_of[s[:, 3:T + 2][o2]])
+        return loss
+
+    losses, lens, t1 = _fit(head, "eagle", eagle_loss, 2, train, seqs, states, prompt_len,
+                            epochs=epochs, lr=lr, batch=batch, rng=rng, log=log)
     if on_stage:
         on_stage("trained", head.state_dict())
     return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch, "noise": noise,
@@ -507,36 +524,15 @@ def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
     if on_stage:
         on_stage("closed_form", model.state_dict())
     lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    lens = [len(seqs[i]) for i in train]
-    sched = _schedule(opt, epochs * len(_batches(lens, batch, None)))
-    losses = []
-    t1 = time.perf_counter()
-    for ep in range(epochs):
-        ep_loss = []
-        for b in _batches(lens, batch, rng):
-            rows = [train[i] for i in b]
-            s, n = _pad([seqs[i].numpy() for i in rows])
-            hs, _ = _pad([states[i] for i in rows])
-            P = torch.as_tensor([prompt_len[i] for i in rows])
-            T = s.shape[1] - 1
-            j = torch.arange(T)[None]
-            valid = j < (n[:, None] - 1)
-            out_pos = valid & (j >= (P[:, None] - 1))
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                hd = model(s[:, :T]).float()  # position j predicts s[j+1]
-                loss = hidden_weight * F.mse_loss(hd[valid], hs[:, :T][valid])
-                if out_pos.any():
-                    loss = loss + F.cross_entropy(F.linear(hd[out_pos], lm).float(), label_of[s[:, 1:][out_pos]])
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            ep_loss.append(loss.item())
-        losses.append(float(np.mean(ep_loss)) if ep_loss else None)
-        if log:
-            print(f"draft epoch {ep + 1}/{epochs}: loss {losses[-1]:.4f} ({time.perf_counter() - t1:.1f} s)", file=log, flush=True)
+    def draft_loss(s, hs, T, valid, out_pos):
+        hd = model(s[:, :T]).float()  # position j predicts s[j+1]
+        loss = hidden_weight * F.mse_loss(hd[valid], hs[:, :T][valid])
+        if out_pos.any():
+            loss = loss + F.cross_entropy(F.linear(hd[out_pos], lm).float(), label_of[s[:, 1:][out_pos]])
+        return loss
+
+    losses, lens, t1 = _fit(model, "draft", draft_loss, 1, train, seqs, states, prompt_len,
+                            epochs=epochs, lr=lr, batch=batch, rng=rng, log=log)
     if on_stage:
         on_stage("trained", model.state_dict())
     return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch,
