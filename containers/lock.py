@@ -1,20 +1,25 @@
 #!/usr/bin/env python3
-"""Resolve an image's top-level requirements (``<image>.in``) into a full lock (``<image>.lock``).
+"""Resolve an image's top-level requirements (``<image>.in``) into a hashed lock (``<image>.lock``).
 
-Usage (from the repository root, with a Python of the image's version, here 3.12):
+Usage (from the repository root, with a Python of the image's version, here 3.12, and pip >= 26.0):
 
     python3.12 containers/lock.py containers/vllm-paper.in
 
-The resolver is pip's own (``pip install --dry-run --report``) for the image's platform, limited to
-files uploaded before the ``uploaded-prior-to`` date, so the lock holds what an installation on that
-day would have got. Directives in the ``.in`` file (comment lines):
+The resolver is pip's own (``pip install --dry-run --report``) against PyPI alone (no pip configuration,
+no other index) for the image's platform (Ubuntu 24.04: glibc 2.39, x86_64), limited to files uploaded
+before the ``uploaded-prior-to`` date, so the lock holds what an installation on that day would have got.
+Every pin carries the SHA-256 of the file the resolver picked (``--hash=sha256:...``), which the image
+installs with ``--require-hashes``. A pin that cannot be hashed from here says why (``# unhashed: ...``);
+the image installs those in a second, separate step. Directives in the ``.in`` file (comment lines):
 
     # uploaded-prior-to: 2025-08-21T00:00:00Z
-    # override: torch==2.7.1+cu128      replaces the resolver's pin (a build from another index)
+    # override: torch==2.7.1+cu128 [from INDEX-URL]
+        replaces the resolver's pin; its hash comes from PyPI (or INDEX-URL); when INDEX-URL cannot be
+        reached from the locking machine the pin stays unhashed, and says so
     # absent-here: NAME==VERSION [like NAME==OTHER]
-        the index this lock was made from lacks NAME==VERSION (a partial mirror); a metadata-only
-        stand-in with OTHER's dependencies lets the resolution finish. The image build installs
-        the real file, and ``pip check`` there catches a wrong dependency guess.
+        the index lacks NAME==VERSION although a pinned package requires exactly it; a metadata-only
+        stand-in with OTHER's dependencies lets the resolution finish, and the pin stays unhashed.
+        The lock fails when the index does hold NAME==VERSION (the directive is then wrong).
 """
 
 from __future__ import annotations
@@ -24,53 +29,104 @@ import base64
 import hashlib
 import io
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
 
-PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in (39, 35, 34, 31, 28, 27, 24, 17, 5)]
-PLATFORMS += ["manylinux2014_x86_64", "manylinux1_x86_64", "linux_x86_64", "any"]
+INDEX = "https://pypi.org/simple"
+# The images' platform tags, best first, as pip on Ubuntu 24.04 (glibc 2.39, x86_64) ranks them.
+PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(39, 16, -1)] + ["manylinux2014_x86_64"]
+PLATFORMS += [f"manylinux_2_{m}_x86_64" for m in range(16, 11, -1)] + ["manylinux2010_x86_64"]
+PLATFORMS += [f"manylinux_2_{m}_x86_64" for m in range(11, 4, -1)] + ["manylinux1_x86_64", "linux_x86_64", "any"]
+HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
 def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_in(path: Path) -> tuple[list[str], dict]:
+def parse_in(text: str) -> tuple[list[str], dict]:
+    """(top-level requirements, directives) of an ``.in`` file's text."""
     reqs, opts = [], {"override": [], "absent": []}
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.strip()
         m = re.match(r"#\s*(uploaded-prior-to|override|absent-here):\s*(.+)", line)
         if m:
             key, value = m.groups()
+            parts = value.split()
             if key == "uploaded-prior-to":
                 opts["cutoff"] = value.strip()
             elif key == "override":
-                opts["override"].append(value.strip())
+                opts["override"].append((parts[0], parts[2] if len(parts) == 3 and parts[1] == "from" else None))
             else:
-                parts = value.split()
                 opts["absent"].append((parts[0], parts[2] if len(parts) == 3 and parts[1] == "like" else None))
         elif line and not line.startswith("#"):
             reqs.append(line)
     return reqs, opts
 
 
+def parse_lock(text: str) -> dict[str, dict]:
+    """{name: {"version", "hashes", "note"}} of a lock's text, in file order."""
+    pins = {}
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        spec, _, note = line.partition("  # ")
+        name, version = spec.split()[0].split("==")
+        pins[name] = {"version": version, "hashes": HASH.findall(spec), "note": note or None}
+    return pins
+
+
+def render(in_name: str, python: str, cutoff: str | None, pins: dict[str, dict]) -> str:
+    """The lock's text: a header, then one line per pin in canonical-name order."""
+    lines = [
+        f"# Full lock of {in_name}, written by containers/lock.py with Python {python}; do not edit by hand.",
+        f"# uploaded-prior-to: {cutoff or 'none'}",
+        "# Every pin carries the SHA-256 of its file on PyPI (installed with --require-hashes) or says why not.",
+    ]
+    for name in sorted(pins, key=canonical):
+        p = pins[name]
+        line = f"{name}=={p['version']}" + "".join(f" --hash=sha256:{h}" for h in p["hashes"])
+        lines.append(line + (f"  # {p['note']}" if p.get("note") else ""))
+    return "\n".join(lines) + "\n"
+
+
+def simple_page(name: str, index: str = INDEX) -> dict:
+    """Project ``name``'s page on a PEP 691 (JSON) simple index: its ``files`` and (PEP 700) ``versions``."""
+    req = urllib.request.Request(f"{index}/{canonical(name)}/",
+                                 headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.load(r)
+
+
+def has_version(name: str, version: str) -> bool:
+    """Whether PyPI holds any file of NAME==VERSION."""
+    return version in simple_page(name)["versions"]
+
+
+def reachable(url: str) -> bool:
+    host = urllib.parse.urlparse(url).hostname
+    try:
+        socket.create_connection((host, 443), timeout=10).close()
+        return True
+    except OSError:
+        return False
+
+
 def core_metadata(spec: str) -> str:
-    """The METADATA of NAME==VERSION from PyPI's JSON simple API (PEP 691 / PEP 658)."""
+    """The METADATA of NAME==VERSION on PyPI (PEP 658 file, or read from the wheel)."""
     name, version = spec.split("==")
-    req = urllib.request.Request(
-        f"https://pypi.org/simple/{canonical(name)}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
-    files = json.load(urllib.request.urlopen(req, timeout=60))["files"]
-    for f in files:
+    for f in simple_page(name)["files"]:
         if f["filename"].endswith(".whl") and f"-{version}-" in f["filename"]:
             if f.get("core-metadata"):
                 return urllib.request.urlopen(f["url"] + ".metadata", timeout=60).read().decode()
-            # no separate metadata file: read METADATA from the wheel itself
             data = urllib.request.urlopen(f["url"], timeout=600).read()
             with zipfile.ZipFile(io.BytesIO(data)) as z:
                 return z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
@@ -101,52 +157,87 @@ def stand_in_wheel(spec: str, like: str | None, folder: Path) -> None:
     (folder / f"{dist}-py3-none-any.whl").write_bytes(buf.getvalue())
 
 
-def resolve(reqs: list[str], opts: dict) -> dict[str, str]:
+def pip_report(reqs: list[str], cutoff: str | None, index: str = INDEX, no_deps: bool = False,
+               find_links: Path | None = None) -> list[dict]:
+    """pip's installation report (``install`` items) for ``reqs`` on the image's platform, from ``index`` alone."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        links = tmp / "stand-ins"
-        links.mkdir()
-        for spec, like in opts["absent"]:
-            stand_in_wheel(spec, like, links)
-        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-               "--report", str(tmp / "report.json"), "--only-binary=:all:", "--target", str(tmp / "t"),
-               "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
-               "--implementation", "cp", "--find-links", str(links)]
+        cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--dry-run", "--ignore-installed", "--quiet",
+               "--index-url", index, "--report", str(tmp / "report.json"), "--only-binary=:all:",
+               "--target", str(tmp / "t"), "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
+               "--implementation", "cp"]
         for p in PLATFORMS:
             cmd += ["--platform", p]
-        if "cutoff" in opts:
-            cmd += ["--uploaded-prior-to", opts["cutoff"]]
-        subprocess.run(cmd + reqs, check=True)
-        report = json.loads((tmp / "report.json").read_text())
-    return {i["metadata"]["name"]: i["metadata"]["version"] for i in report["install"]}
+        if cutoff:
+            cmd += ["--uploaded-prior-to", cutoff]
+        if no_deps:
+            cmd.append("--no-deps")
+        if find_links:
+            cmd += ["--find-links", str(find_links)]
+        # no pip configuration of this machine (local mirrors, constraints): PyPI as everyone sees it
+        env = {**os.environ, "PIP_CONFIG_FILE": os.devnull}
+        subprocess.run(cmd + reqs, check=True, env=env)
+        return json.loads((tmp / "report.json").read_text())["install"]
+
+
+def item_hash(item: dict) -> str:
+    h = ((item.get("download_info") or {}).get("archive_info") or {}).get("hashes", {}).get("sha256")
+    if not h:
+        raise SystemExit(f"pip reported no sha256 for {item['metadata']['name']}: {item.get('download_info')}")
+    return h
+
+
+def resolve(reqs: list[str], opts: dict) -> dict[str, dict]:
+    """{name: {"version", "hashes", "note"}}: pip's resolution with the .in's overrides and stand-ins."""
+    for spec, _ in opts["absent"]:
+        if has_version(*spec.split("==")):
+            raise SystemExit(f"absent-here: {spec} is on PyPI now: remove the directive and lock again")
+    with tempfile.TemporaryDirectory() as tmp:
+        links = Path(tmp)
+        for spec, like in opts["absent"]:
+            stand_in_wheel(spec, like, links)
+        items = pip_report(reqs, opts.get("cutoff"), find_links=links)
+    absent = {canonical(s.split("==")[0]) for s, _ in opts["absent"]}
+    pins = {}
+    for i in items:
+        name, version = i["metadata"]["name"], i["metadata"]["version"]
+        if canonical(name) in absent:
+            pins[name] = {"version": version, "hashes": [],
+                          "note": "unhashed: absent from PyPI when locked, a pinned package requires exactly it (see .in)"}
+        else:
+            pins[name] = {"version": version, "hashes": [item_hash(i)], "note": None}
+    by_index: dict[str, list[str]] = {}
+    for spec, index in opts["override"]:
+        name, version = spec.split("==")
+        key = next((k for k in pins if canonical(k) == canonical(name)), name)
+        chose = pins.pop(key, {}).get("version", "nothing")
+        pins[name] = {"version": version, "hashes": [], "note": f"override (resolver chose {chose})"}
+        by_index.setdefault(index or INDEX, []).append(spec)
+    for index, specs in by_index.items():
+        if index != INDEX and not reachable(index):
+            for spec in specs:
+                pins[spec.split("==")[0]]["note"] += f"; unhashed: from {index}, not reachable when locked"
+            continue
+        cutoff = opts.get("cutoff") if index == INDEX else None
+        for i in pip_report(specs, cutoff, index=index, no_deps=True):
+            key = next(k for k in pins if canonical(k) == canonical(i["metadata"]["name"]))
+            pins[key]["hashes"] = [item_hash(i)]
+    return pins
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("infile", type=Path)
     a = ap.parse_args()
-    reqs, opts = parse_in(a.infile)
+    reqs, opts = parse_in(a.infile.read_text())
     pins = resolve(reqs, opts)
-    notes = {}
-    for spec in opts["override"]:
-        name, version = spec.split("==")
-        key = next((k for k in pins if canonical(k) == canonical(name)), name)
-        notes[canonical(name)] = f"override (resolver chose {pins.get(key, 'nothing')})"
-        pins.pop(key, None)
-        pins[name] = version
-    for spec, _ in opts["absent"]:
-        notes[canonical(spec.split("==")[0])] = "absent from the index the lock was made from (see .in)"
-    lines = [
-        f"# Full lock of {a.infile.name}, written by containers/lock.py with Python "
-        f"{sys.version_info.major}.{sys.version_info.minor}; do not edit by hand.",
-        f"# uploaded-prior-to: {opts.get('cutoff', 'none')}",
-    ]
-    for name in sorted(pins, key=canonical):
-        note = notes.get(canonical(name))
-        lines.append(f"{name}=={pins[name]}" + (f"  # {note}" if note else ""))
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
     out = a.infile.with_suffix(".lock")
-    out.write_text("\n".join(lines) + "\n")
-    print(f"{out}: {len(pins)} packages")
+    text = render(a.infile.name, python, opts.get("cutoff"), pins)
+    tmp = out.with_suffix(".lock.tmp")
+    tmp.write_text(text)
+    tmp.replace(out)
+    print(f"{out}: {len(pins)} packages, {sum(1 for p in pins.values() if not p['hashes'])} unhashed")
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ STANDIN_CASES = [
     # k by batch size is a configuration of its own: a fixed k does not cover it
     (lambda c: _standin(c, "llama3.1-8b")[1].__setitem__("stands_in_for", "llama3.1-8b-today"),
      'config error: experiments[0].stands_in_for = "llama3.1-8b-today": misses eagle3-k10-bs, suffix-k3, '
-     'suffix-k16-bs of that paper experiment'),
+     'suffix-k19-bs of that paper experiment'),
     (lambda c: _standin(c, "qwen3-8b-thinking")[1].__setitem__("thinking", False),
      'config error: experiments[3].thinking = false: the paper experiment "qwen3-8b-thinking" it stands in for has thinking: true'),
 ]

@@ -1,9 +1,14 @@
 """The engine images: definition files (parsed and checked), locks, and the --use-apptainer wiring."""
 
+import importlib.util
 import json
 import re
+import socket
 import subprocess
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from spython.main.parse.parsers import SingularityParser
@@ -40,15 +45,25 @@ def labels(text):
     return dict(line.strip().split(None, 1) for line in sections(text)["labels"].splitlines() if line.strip())
 
 
-def lock_pins(name):
+def lockpy():
+    """containers/lock.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("specrepro_lockpy", REPO / "containers" / "lock.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def stem_pins(stem):
+    """{canonical name: version} of containers/<stem>.lock; every pin exact."""
     pins = {}
-    for line in (REPO / "containers" / f"vllm-{name}.lock").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            assert PIN.match(line), f"vllm-{name}.lock: not an exact pin: {line!r}"
-            pkg, version = line.split("==")
-            pins[pkg.lower().replace("_", "-")] = version
+    for name, p in lockpy().parse_lock((REPO / "containers" / f"{stem}.lock").read_text()).items():
+        assert PIN.match(f"{name}=={p['version']}"), f"{stem}.lock: not an exact pin: {name}=={p['version']}"
+        pins[name.lower().replace("_", "-")] = p["version"]
     return pins
+
+
+def lock_pins(name):
+    return stem_pins(f"vllm-{name}")
 
 
 @pytest.mark.parametrize("name", IMAGES)
@@ -82,14 +97,7 @@ def test_every_python_package_is_pinned(name):
     assert pins["vllm"] == IMAGES[name]
     assert {"pandas", "pyarrow", "matplotlib", "jinja2", "huggingface-hub"} <= set(pins)  # analysis rules run here too
     # each pip install names exact versions or the lock, and the lock goes in with --no-deps (nothing unlisted)
-    installs = re.findall(r"pip install ([^\n]*(?:\\\n[^\n]*)*)", post)
-    assert installs
-    for cmd in installs:
-        words = cmd.replace("\\\n", " ").split()
-        pkgs = [w for w in words if w != "\\" and not w.startswith(("-", "http")) and "/" not in w]
-        assert all("==" in w for w in pkgs), f"unpinned pip package in: {cmd}"
-        if "-r" in words:
-            assert "--no-deps" in words and words[words.index("-r") + 1] == "/opt/specrepro/requirements.lock"
+    check_installs(f"vllm-{name}", post)
     assert "pip check" in post
     lock = f"containers/vllm-{name}.lock"
     assert sections(text)["files"].split() == [lock, "/opt/specrepro/requirements.lock"]
@@ -268,14 +276,7 @@ SGLANG_DEF = REPO / "containers" / "sglang.def"
 
 
 def sglang_pins():
-    pins = {}
-    for line in (REPO / "containers" / "sglang.lock").read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            assert PIN.match(line), f"sglang.lock: not an exact pin: {line!r}"
-            pkg, version = line.split("==")
-            pins[pkg.lower().replace("_", "-")] = version
-    return pins
+    return stem_pins("sglang")
 
 
 def test_sglang_definition_header_sections_and_digest():
@@ -313,14 +314,7 @@ def test_sglang_post_labels_environment_and_test():
     text = SGLANG_DEF.read_text()
     post = sections(text)["post"]
     assert sections(text)["files"].split() == ["containers/sglang.lock", "/opt/specrepro/requirements.lock"]
-    installs = re.findall(r"pip install ([^\n]*(?:\\\n[^\n]*)*)", post)
-    assert installs
-    for cmd in installs:
-        words = cmd.replace("\\\n", " ").split()
-        pkgs = [w for w in words if w != "\\" and not w.startswith(("-", "http")) and "/" not in w]
-        assert all("==" in w for w in pkgs), f"unpinned pip package in: {cmd}"
-        if "-r" in words:
-            assert "--no-deps" in words and words[words.index("-r") + 1] == "/opt/specrepro/requirements.lock"
+    check_installs("sglang", post)
     assert "pip check" in post and "libnuma1" in post
     assert re.search(r"https://snapshot\.ubuntu\.com/ubuntu/\d{8}T\d{6}Z", post)
     for pkg in re.findall(r"\b(texlive-[a-z-]+)\S*", post):
@@ -339,3 +333,176 @@ def test_sglang_post_labels_environment_and_test():
     for needle in ("nvidia-smi", "torch.cuda.is_available()", "'0.5.9'", "flash_attn_with_kvcache", "flashinfer"):
         assert needle in test, needle
     assert "apptainer build" in sections(text)["help"]
+
+
+# --- the locks: every pin exact and hashed, as lock.py writes it; the images install them by hash ------
+
+STEMS = ["vllm-paper", "vllm-v0111", "vllm-latest", "sglang"]
+LOCK_LINE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9][A-Za-z0-9.+!_-]*)"
+                       r"(?P<hashes>( --hash=sha256:[0-9a-f]{64})*)(  # (?P<note>.+))?$")
+
+
+def pip_installs(post):
+    """Word lists of the %post's `pip install` commands (continuation lines joined)."""
+    # join continuation lines first: a regex that stops at the first line saw no `-r` after a backslash
+    return [cmd.split() for cmd in re.findall(r"pip install ([^\n]*)", post.replace("\\\n", " "))]
+
+
+def expected_unhashed(stem):
+    """{canonical name: why} of the pins the .in says cannot be hashed: absent from PyPI, or from an index
+    the locking machine could not reach (PyPI is the only one it reaches)."""
+    lp = lockpy()
+    _, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
+    out = {lp.canonical(spec.split("==")[0]): "absent" for spec, _ in opts["absent"]}
+    out.update({lp.canonical(spec.split("==")[0]): index for spec, index in opts["override"] if index})
+    return out
+
+
+def check_installs(stem, post):
+    """The .def installs pip by hash, the lock's hashed pins with --require-hashes and --no-deps, and the
+    unhashed ones (if any) in their own step from the index they come from; its own grep split is complete."""
+    lp = lockpy()
+    installs = pip_installs(post)
+    assert installs and all("-r" in w for w in installs), f"{stem}.def: a pip install without -r: {installs}"
+    files = [w[w.index("-r") + 1] for w in installs]
+    boot = re.search(r"echo '(pip==\S+ --hash=sha256:[0-9a-f]{64})' > /opt/specrepro/pip.txt", post)
+    assert boot and files[0] == "/opt/specrepro/pip.txt" and "--require-hashes" in installs[0], f"{stem}: pip not by hash"
+    pins = lp.parse_lock((REPO / "containers" / f"{stem}.lock").read_text())
+    unhashed = {n for n, p in pins.items() if not p["hashes"]}
+    if not unhashed:
+        assert files[1:] == ["/opt/specrepro/requirements.lock"], files
+        assert {"--no-deps", "--require-hashes"} <= set(installs[1])
+        return
+    assert files[1:] == ["/opt/specrepro/hashed.txt", "/opt/specrepro/unhashed.txt"], files
+    assert {"--no-deps", "--require-hashes"} <= set(installs[1]) and "--no-deps" in installs[2]
+    # run the .def's own split on the lock: hashed + unhashed = the lock, each pin once
+    greps = re.findall(r"^\s*(grep .*/opt/specrepro/requirements\.lock > /opt/specrepro/\w+\.txt)$", post, re.M)
+    assert len(greps) == 2, greps
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "requirements.lock").write_text((REPO / "containers" / f"{stem}.lock").read_text())
+        for g in greps:
+            subprocess.run(["bash", "-c", g.replace("/opt/specrepro", tmp)], check=True)
+        hashed = lp.parse_lock((Path(tmp) / "hashed.txt").read_text())
+        rest = lp.parse_lock((Path(tmp) / "unhashed.txt").read_text())
+    assert set(hashed) == set(pins) - unhashed and all(p["hashes"] for p in hashed.values())
+    assert set(rest) == unhashed
+    # the unhashed step reads the one index those pins come from (PyPI when none is named)
+    indexes = {expected_unhashed(stem)[lp.canonical(n)] for n in unhashed}
+    named = installs[2][installs[2].index("--index-url") + 1] if "--index-url" in installs[2] else "absent"
+    assert indexes == {named}, (indexes, installs[2])
+    assert "--extra-index-url" not in " ".join(" ".join(w) for w in installs), "another index beside PyPI for everything"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_lock_line_is_an_exact_pin_with_its_hash(stem):
+    """Item 4: every pin of every lock names one version and its file's SHA-256, or says why it cannot."""
+    lp = lockpy()
+    unhashed = {}
+    for line in (REPO / "containers" / f"{stem}.lock").read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        m = LOCK_LINE.match(line)
+        assert m, f"{stem}.lock: not an exact pin with hash or reason: {line!r}"
+        if not m["hashes"]:
+            assert m["note"] and "unhashed: " in m["note"], f"{stem}.lock: no hash and no reason: {line!r}"
+            unhashed[lp.canonical(m["name"])] = m["note"]
+    want = expected_unhashed(stem)
+    assert set(unhashed) == set(want), (unhashed, want)
+    for name, index in want.items():
+        assert (index == "absent") == ("absent from PyPI" in unhashed[name]), unhashed[name]
+        assert index == "absent" or index in unhashed[name], unhashed[name]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_lock_is_lock_py_output_of_its_in(stem):
+    """The lock is what containers/lock.py writes from its .in: same text from its pins, every top-level
+    requirement pinned, every override and stand-in applied (no hand edits)."""
+    lp = lockpy()
+    text = (REPO / "containers" / f"{stem}.lock").read_text()
+    reqs, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
+    pins = lp.parse_lock(text)
+    python = labels(((REPO / "containers" / f"{stem}.def")).read_text())["python.version"]
+    assert lp.render(f"{stem}.in", python, opts.get("cutoff"), pins) == text
+    by = {lp.canonical(n): p for n, p in pins.items()}
+    for req in reqs:
+        m = re.match(r"^([A-Za-z0-9._-]+)(==(\S+))?$", req)
+        assert m and lp.canonical(m[1]) in by, f"{stem}: top-level {req} not in the lock"
+        assert not m[3] or by[lp.canonical(m[1])]["version"] == m[3], req
+    for spec, _ in opts["override"]:
+        name, version = spec.split("==")
+        assert by[lp.canonical(name)]["version"] == version and by[lp.canonical(name)]["note"].startswith("override")
+    for spec, _ in opts["absent"]:
+        name, version = spec.split("==")
+        assert by[lp.canonical(name)]["version"] == version and not by[lp.canonical(name)]["hashes"]
+    assert labels((REPO / "containers" / f"{stem}.def").read_text())["pip.uploaded_prior_to"] == opts["cutoff"]
+
+
+def test_lock_py_parses_override_and_absent_directives():
+    lp = lockpy()
+    reqs, opts = lp.parse_in("# uploaded-prior-to: 2025-01-01T00:00:00Z\n"
+                             "# override: torch==2.7.1+cu128 from https://download.pytorch.org/whl/cu128\n"
+                             "# override: nvidia-nccl-cu12==2.26.2\n"
+                             "# absent-here: a-b==1.0 like a-b==1.1\n# a comment\nvllm==0.10.1.1\npandas\n")
+    assert reqs == ["vllm==0.10.1.1", "pandas"] and opts["cutoff"] == "2025-01-01T00:00:00Z"
+    assert opts["override"] == [("torch==2.7.1+cu128", "https://download.pytorch.org/whl/cu128"),
+                                ("nvidia-nccl-cu12==2.26.2", None)]
+    assert opts["absent"] == [("a-b==1.0", "a-b==1.1")]
+    pins = {"B_x": {"version": "2", "hashes": ["a" * 64, "b" * 64], "note": None},
+            "a": {"version": "1+cu1", "hashes": [], "note": "unhashed: why"}}
+    text = lp.render("x.in", "3.12", None, pins)
+    assert text.splitlines()[3:] == ["a==1+cu1  # unhashed: why", f"B_x==2 --hash=sha256:{'a' * 64} --hash=sha256:{'b' * 64}"]
+    assert lp.parse_lock(text) == {"a": pins["a"], "B_x": pins["B_x"]}
+
+
+def _pypi_reachable():
+    try:
+        socket.create_connection(("pypi.org", 443), timeout=10).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.network
+@pytest.mark.skipif(not _pypi_reachable(), reason="PyPI not reachable")
+def test_every_hash_is_a_file_of_that_pin_on_pypi():
+    """Item 4: each lock hash (and each image's pip bootstrap hash) is the SHA-256 PyPI lists for a file of
+    exactly that name and version, whose tags the image (CPython 3.12, glibc 2.39, x86_64) installs, uploaded
+    before the lock's cut-off; each pin kept unhashed as absent from PyPI is still absent there."""
+    from packaging.tags import compatible_tags, cpython_tags
+    from packaging.utils import canonicalize_name, canonicalize_version, parse_wheel_filename
+
+    lp = lockpy()
+    supported = set(cpython_tags((3, 12), platforms=lp.PLATFORMS)) | set(
+        compatible_tags((3, 12), "cp312", platforms=lp.PLATFORMS))
+    wanted = []  # (stem, name, version, hash or None, cutoff)
+    for stem in STEMS:
+        _, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
+        for name, p in lp.parse_lock((REPO / "containers" / f"{stem}.lock").read_text()).items():
+            if "absent from PyPI" in (p["note"] or ""):
+                wanted.append((stem, name, p["version"], None, opts["cutoff"]))
+            wanted += [(stem, name, p["version"], h, opts["cutoff"]) for h in p["hashes"]]
+        boot = re.search(r"echo 'pip==(\S+) --hash=sha256:([0-9a-f]{64})'", (REPO / "containers" / f"{stem}.def").read_text())
+        wanted.append((stem, "pip", boot[1], boot[2], None))
+    names = sorted({canonicalize_name(w[1]) for w in wanted})
+    with ThreadPoolExecutor(8) as ex:
+        pages = dict(zip(names, ex.map(lp.simple_page, names)))
+    problems = []
+    for stem, name, version, h, cutoff in wanted:
+        page = pages[canonicalize_name(name)]
+        if h is None:
+            if version in page["versions"]:
+                problems.append(f"{stem}: {name}=={version} is on PyPI now: lock again without its absent-here")
+            continue
+        files = [f for f in page["files"] if f["hashes"].get("sha256") == h]
+        if len(files) != 1:
+            problems.append(f"{stem}: {name}=={version}: sha256 {h[:12]}... is no file of {name} on PyPI")
+            continue
+        f = files[0]
+        fname, fversion, _, tags = parse_wheel_filename(f["filename"])
+        if fname != canonicalize_name(name) or canonicalize_version(fversion) != canonicalize_version(version):
+            problems.append(f"{stem}: {name}=={version}: hash is of {f['filename']}")
+        elif not tags & supported:
+            problems.append(f"{stem}: {name}=={version}: {f['filename']} does not install on the image")
+        elif cutoff and f.get("upload-time", "") >= cutoff:
+            problems.append(f"{stem}: {name}=={version}: {f['filename']} uploaded after the cut-off {cutoff}")
+    assert not problems, "\n".join(problems)

@@ -88,11 +88,11 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
     assert (r["rule"], r["image"], r["vllm_version"], r["gpus"]) == ("engine_trace", "latest", "0.34.0", 4)
     assert r["llm_kwargs"]["speculative_config"]["num_speculative_tokens"] == 20
     assert r["sampling_params"]["gsm8k"] == {"max_tokens": 8192, "seed": 42, "temperature": 0.0, "ignore_eos": False}
-    r = next(x for x in lines if x["job"] == "results/engine/llama3.1-8b-today/bench/suffix-k16-bs.parquet")
+    r = next(x for x in lines if x["job"] == "results/engine/llama3.1-8b-today/bench/suffix-k19-bs.parquet")
     assert (r["image"], r["vllm_version"], r["gpus"]) == ("latest", "0.34.0", 1)
     assert r["llm_kwargs"]["speculative_config"] == {
-        "method": "suffix", "num_speculative_tokens": 16,
-        "num_speculative_tokens_per_batch_size": [[1, 7, 16], [8, 15, 6], [16, 31, 4], [32, 63, 3], [64, 127, 2],
+        "method": "suffix", "num_speculative_tokens": 19, "suffix_decoding_max_cached_requests": 0,
+        "num_speculative_tokens_per_batch_size": [[1, 7, 19], [8, 15, 6], [16, 31, 4], [32, 63, 3], [64, 127, 2],
                                                   [128, 128, 1]]}
     # an SGLang job (Fig. 2): its image, SGLang's keywords and sampling parameters, the drafter class it loads
     r = next(x for x in lines if x["job"] == "results/engine/tree-llama3-70b-sglang/bench/eagle-k21-tree-d3b4.parquet")

@@ -89,9 +89,9 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     # no deviation, none named (a missing one is NaN in the table, which once read as one)
     assert "& paper (0.10.1.1) & vLLM 0.10.1.1 &" in tex and "vLLM 0.10.1.1; here vLLM 0.10.1.1" not in tex
     # today's methods: on the latest image, labelled by their k schedule, and not the paper's
-    bs = t[(t["exp"] == "llama3.1-8b-today") & (t["config"] == "suffix-k16-bs")].iloc[0]
+    bs = t[(t["exp"] == "llama3.1-8b-today") & (t["config"] == "suffix-k19-bs")].iloc[0]
     assert (bs["image"], bs["vllm_version"], bs["deviation"]) == ("latest", "0.34.0", "none (beyond the paper) -> vLLM 0.34.0")
-    assert "suffix decoding (k by batch size, up to 16)" in tex and "none (beyond the paper); here vLLM 0.34.0" in tex
+    assert "suffix decoding (k by batch size, up to 19)" in tex and "none (beyond the paper); here vLLM 0.34.0" in tex
 
 
 def test_runtime_table_compares_the_plan_with_the_measured_time(tmp_path, paper):

@@ -133,7 +133,7 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
                    "results/engine/llama3-70b/profile/draft_model-k3.timings.parquet",
                    "results/engine/llama3-70b/traces/draft_model.jsonl",
                    "results/engine/llama3.1-8b-today/bench/eagle3-k10-bs.parquet",
-                   "results/engine/llama3.1-8b-today/bench/suffix-k16-bs.parquet",
+                   "results/engine/llama3.1-8b-today/bench/suffix-k19-bs.parquet",
                    "results/engine/llama3.1-8b-today/bench/suffix-k3.parquet",
                    "results/engine/llama3.1-8b-today/profile/suffix-k3.timings.parquet",
                    "results/engine/qwen3-8b/bench/draft_model-k3.parquet",
@@ -168,8 +168,8 @@ def test_a_method_needing_a_package_its_image_lacks_is_caught(records):
     assert facts.method_packages == {"suffix": "arctic-inference==0.1.1"}
     assert pinned_vllm_facts("0.34.0").method_packages == {}  # a built-in speculator there
     rec = _one(records, "results/engine/llama3.1-8b-today/bench/suffix-k3.parquet")
-    assert rec["image"] == "latest" and rec["llm_kwargs"]["speculative_config"] == {"method": "suffix",
-                                                                                    "num_speculative_tokens": 3}
+    assert rec["image"] == "latest" and rec["llm_kwargs"]["speculative_config"] == {
+        "method": "suffix", "num_speculative_tokens": 3, "suffix_decoding_max_cached_requests": 0}
     assert check_job(rec, pinned_vllm_facts("0.34.0"), image_packages("latest")) == []
     rec["image"] = "v0111"
     assert check_job(rec, facts, image_packages("v0111")) == [
@@ -178,12 +178,35 @@ def test_a_method_needing_a_package_its_image_lacks_is_caught(records):
     assert check_job(rec, facts, image_packages("v0111") | {"arctic_inference"}) == []
 
 
+def test_suffix_jobs_turn_the_cross_request_corpus_off(records):
+    """Item 12: vLLM 0.34.0's suffix decoding matches against earlier requests' outputs unless
+    suffix_decoding_max_cached_requests is 0 (the value its speculator gates the corpus on); a job leaving the
+    default (10000) is caught, naming the value and the line; 0.11.1's source shows no such value."""
+    from specrepro.engine.sourcecheck import pinned_suffix_corpus_facts, suffix_corpus_problem
+
+    assert pinned_suffix_corpus_facts("0.34.0") == (10000, 0, "vllm/v1/worker/gpu/spec_decode/suffix/speculator.py:538")
+    jobs = [r for r in records if (r["llm_kwargs"] or {}).get("speculative_config", {}).get("method") == "suffix"]
+    assert {r["config"] for r in jobs} == {"suffix-k3", "suffix-k19-bs"} and all(r["vllm_version"] == "0.34.0" for r in jobs)
+    for rec in map(copy.deepcopy, jobs):
+        assert rec["llm_kwargs"]["speculative_config"]["suffix_decoding_max_cached_requests"] == 0
+        assert suffix_corpus_problem(rec) is None and check_records([rec])[0] == []
+        del rec["llm_kwargs"]["speculative_config"]["suffix_decoding_max_cached_requests"]
+        assert check_records([rec])[0] == [
+            f"{rec['job']}: speculative_config.suffix_decoding_max_cached_requests = 10000 (default 10000) keeps suffix "
+            "decoding's cross-request corpus: repeated prompts accept earlier requests' outputs; set 0 "
+            "(vllm/v1/worker/gpu/spec_decode/suffix/speculator.py:538) (vLLM 0.34.0)"]
+        rec["vllm_version"] = "0.11.1"
+        assert "shows no value of suffix_decoding_max_cached_requests" in suffix_corpus_problem(rec)
+    other = _one(records, "results/engine/llama3.1-8b/bench/eagle3-k3.parquet")
+    assert suffix_corpus_problem(other) is None
+
+
 def test_k_by_batch_size_is_checked_on_the_jobs_own_engine(records):
     """num_speculative_tokens_per_batch_size: a SpeculativeConfig field of 0.34.0 only."""
     rec = _one(records, "results/engine/llama3.1-8b-today/bench/eagle3-k10-bs.parquet")
     sc = rec["llm_kwargs"]["speculative_config"]
     assert rec["image"] == "latest" and sc["num_speculative_tokens"] == 10
-    assert sc["num_speculative_tokens_per_batch_size"] == [[1, 7, 10], [8, 15, 8], [16, 31, 6], [32, 63, 4],
+    assert sc["num_speculative_tokens_per_batch_size"] == [[1, 7, 10], [8, 15, 7], [16, 31, 6], [32, 63, 4],
                                                           [64, 127, 3], [128, 128, 2]]
     assert check_job(rec, pinned_vllm_facts("0.34.0")) == []
     for v, where in (("0.10.1.1", "vllm/config/__init__.py"), ("0.11.1", "vllm/config/speculative.py")):

@@ -97,6 +97,32 @@ def test_suffix_trace_cli_adds_acc_suffix(tmp_path):
     assert json.loads((tmp_path / "s.json").read_text())["positions"] == 7
 
 
+def test_suffix_traces_never_accept_from_other_requests_outputs(tmp_path):
+    """Item 12: a request served again (the bench repeats its prompts at every batch size) is recomputed from
+    its own prompt and output alone. Its output here never repeats inside its own context, so every position
+    accepts nothing (acc_len 1); with a cross-request corpus (vLLM 0.34.0's default) the second copy would
+    find the first copy's whole output and accept up to k at every step."""
+    from specrepro.cli import main
+
+    prompt, output = np.arange(100, 160), np.arange(1000, 1080)
+    other = TraceRecord("b", np.arange(500, 520), np.arange(2000, 2030))
+    copies = [TraceRecord(f"a{i}", prompt, output) for i in range(3)]
+    recs = with_suffix_traces([copies[0], other, *copies[1:]])
+    assert all((r.acc_len["suffix"] == 1).all() for r in recs)
+    # the same through the CLI, on a file holding the request three times
+    src = tmp_path / "t.jsonl"
+    line = {"prompt_token_ids": prompt.tolist(), "generated_token_ids": output.tolist(),
+            "acc_ngram": {"acc_len": [1] * 80}, "acc_eagle": {"acc_len": [1] * 80}}
+    src.write_text("".join(json.dumps({"id": f"a{i}", **line}) + "\n" for i in range(3)))
+    assert main(["suffix-trace", str(src), "-o", str(tmp_path / "o.jsonl")]) == 0
+    got = [json.loads(x)["acc_suffix"]["acc_len"] for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert got == [[1] * 80] * 3
+    # a repetition inside one request is found (the proposer works): the second half accepts
+    half = np.arange(3000, 3040)
+    (rep,) = with_suffix_traces([TraceRecord("r", prompt, np.concatenate([half, half]))])
+    assert (rep.acc_len["suffix"][:40] == 1).all() and rep.acc_len["suffix"][41] == 21
+
+
 # --- k by batch size: vLLM's schedule semantics --------------------------------------------------
 
 
@@ -157,6 +183,9 @@ def test_to_ranges_and_choice_hand_computed():
     # held out: a's schedule is chosen on b alone (B = 1: a tie, the smaller k; B = 8: k = 2), and b's on a
     assert doc["proposers"]["eagle"]["held_out"] == {"a": [[1, 7, 1], [8, 8, 2]], "b": [[1, 7, 2], [8, 8, 1]]}
     assert doc["proposers"]["eagle"]["num_speculative_tokens"] == 2
+    # item 13: a choice at the largest candidate (k = 2 here) is censored, and the document says where
+    assert doc["proposers"]["eagle"]["candidates"] == [1, 2]
+    assert doc["proposers"]["eagle"]["censored"] == ["a: B 8-8", "b: B 1-7", "pooled: B 1-7"]
 
 
 # --- the simulator: suffix, Oracle Combine of three, batch-schedule ---------------------------------
@@ -271,6 +300,10 @@ def test_gap_table_and_statement_hand_computed():
              _row("d", "ngram", "batch-schedule", 1, 1.4), _row("d", "suffix", "batch-schedule", 1, 1.5),
              _row("d", "suffix", "fixed-3", 1, 1.6), _row("d", "combined", "adaptive", 1, 2.2),
              _row("d", "combined", "adaptive", 1, 9.9, batching="continuous")]  # another mode: ignored
+    # item 13: the k grid's fixed k beyond the paper's (EAGLE k = 10 is better than any of 1, 3, 5), and its
+    # copy of k = 3 (the paper's summaries hold the same simulation): the wide baseline takes each once
+    rows += [_row("d", "eagle", "fixed-10", 1, 2.6), _row("d", "eagle", "fixed-3", 1, 2.0),
+             _row("d", "suffix", "fixed-12", 1, 2.9)]  # suffix is not a baseline proposer
     t = gap_table(pd.DataFrame(rows), ["d"])
     r = t.iloc[0]
     assert (r["best_fixed"], r["best_fixed_proposer"], r["best_fixed_k"]) == (2.0, "eagle", 3)
@@ -278,9 +311,15 @@ def test_gap_table_and_statement_hand_computed():
     assert r["suffix_schedule_closed"] == pytest.approx(-0.5)
     assert r["adaptive"] == 2.2 and r["adaptive_closed"] == pytest.approx(0.2)
     assert math.isnan(r["suffix_oracle"])  # not simulated here
+    # against the best fixed k over the same candidates: (2.5 - 2.6) / (3.0 - 2.6), (1.5 - 2.6) / 0.4
+    assert (r["best_fixed_wide"], r["best_fixed_wide_proposer"], r["best_fixed_wide_k"]) == (2.6, "eagle", 10)
+    assert r["wide_candidates"] == "1, 3, 5, 10"
+    assert r["eagle_schedule_closed_wide"] == pytest.approx(-0.25)
+    assert r["suffix_schedule_closed_wide"] == pytest.approx(-2.75)
     text = statements(t, (1, 64))
-    assert text == ["d: at B = 1 the best fixed k gives 2.00x and the oracle 3.00x; k by batch size (EAGLE) closes "
-                    "50% of that gap and suffix decoding (k by batch size) -50%."]
+    assert text == ["d: at B = 1 the paper's best fixed k gives 2.00x and the oracle 3.00x; k by batch size (EAGLE) "
+                    "closes 50% of that gap and suffix decoding (k by batch size) -50%; against the best fixed k "
+                    "over the same candidates (k = 1, 3, 5, 10), 2.60x (EAGLE, k = 10), they close -25% and -275%."]
     # with the simulator's intervals: each speedup carries its own run's, the statement prints them
     ci = {("eagle", "fixed-3"): (1.9, 2.1), ("combined3", "oracle"): (2.8, 3.3), ("eagle", "batch-schedule"): (2.4, 2.6)}
     rows = [{**r, "ci_low": ci.get((r["proposer"], r["policy"]), (math.nan,) * 2)[0],
@@ -290,7 +329,7 @@ def test_gap_table_and_statement_hand_computed():
     assert (r["eagle_schedule_ci_low"], r["combined3_oracle_ci_high"]) == (2.4, 3.3)
     assert math.isnan(r["suffix_k3_ci_low"]) and r["eagle_schedule_closed"] == pytest.approx(0.5)
     assert statements(pd.DataFrame([r]), (1,))[0].startswith(
-        "d: at B = 1 the best fixed k gives 2.00x [1.90, 2.10] and the oracle 3.00x [2.80, 3.30]; ")
+        "d: at B = 1 the paper's best fixed k gives 2.00x [1.90, 2.10] and the oracle 3.00x [2.80, 3.30]; ")
 
 
 # --- the paper config's schedules come from the simulator ----------------------------------------
@@ -301,7 +340,7 @@ def test_paper_config_schedules_are_the_simulators_choice_on_the_released_traces
     """config/paper.yaml's EAGLE-3 and suffix k_by_batch_size are what `specrepro k-schedule` chooses."""
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     sim, today = cfg["simulator"], cfg["simulator"].get("today", {})
-    ks = today.get("k_candidates", [1, 2, 3, 4, 5, 6, 8, 10, 12, 16])
+    ks = today["k_candidates"]
     cost = load_cost_model(sim["cost_model"])
     frames = []
     for ds in DATASETS:
@@ -333,7 +372,7 @@ def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_
     cfg["experiments"] = [e for e in cfg["experiments"] if e["name"] == "llama3.1-8b-today"]
     exp = cfg["experiments"][0]
     jobs = experiment_configs(exp)
-    assert {"eagle3-k10-bs", "suffix-k16-bs", "suffix-k3"} <= set(jobs)
+    assert {"eagle3-k10-bs", "suffix-k19-bs", "suffix-k3"} <= set(jobs)
     records = [r for r in engine_args(cfg, tmp_path) if r["rule"] == "engine_bench"]
     assert {r["config"] for r in records} == set(jobs) and {r["image"] for r in records} == {"latest"}
     for r in records:
@@ -345,6 +384,8 @@ def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_
             assert profiled_datasets(exp, job, cfg.get("profiling", {})) == []
         elif job["method"] != "none":
             assert "num_speculative_tokens_per_batch_size" not in sc
+        if job["method"] == "suffix":  # item 12: no cross-request corpus (vLLM 0.34.0's off value)
+            assert sc["suffix_decoding_max_cached_requests"] == 0
     try:
         problems, checked = check_records(records)
     except SpecReproError as exc:
@@ -354,7 +395,7 @@ def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_
         old = [{**r, "image": image, "vllm_version": version} for r in records]
         problems, _ = check_records(old)
         refused = {p.split(":", 1)[0].split("/")[-1].removesuffix(".parquet") for p in problems}
-        assert refused == {"eagle3-k10-bs", "suffix-k3", "suffix-k16-bs"}, (version, problems)
+        assert refused == {"eagle3-k10-bs", "suffix-k3", "suffix-k19-bs"}, (version, problems)
 
 
 def _config(extra_method: dict, container: str | None = None, kind: str = "gpu") -> dict:
@@ -470,6 +511,7 @@ def test_today_stage_commands_build_the_figure_and_table(tmp_path):
                                                  "proposers": [["ngram", "n-gram"], ["eagle", "EAGLE"]]}}}
     write_json(tmp_path / "rc.json", cfg)
     outs = []
+    summaries += grids  # as the rules pass them: the best fixed k over the schedules' own candidates
     for tag in ("a", "b"):
         run("figure", "fig_today", "--run-config", tmp_path / "rc.json", "--subject", "toy", "--summaries", *summaries,
             "-o", tmp_path / f"f-{tag}.pdf")
@@ -478,9 +520,20 @@ def test_today_stage_commands_build_the_figure_and_table(tmp_path):
         outs.append(((tmp_path / f"f-{tag}.pdf").read_bytes(), (tmp_path / f"t-{tag}.tex").read_bytes()))
     assert outs[0] == outs[1] and outs[0][0].startswith(b"%PDF")
     tex = outs[0][1].decode()
-    assert "CNN/DM: at B = 1 the best fixed k gives" in tex and "Pooled k-by-batch-size schedules" in tex
+    assert "CNN/DM: at B = 1 the paper's best fixed k gives" in tex and "Pooled k-by-batch-size schedules" in tex
+    assert "against the best fixed k over the same candidates (k = 1-5)" in tex  # the grid's 1, 2, 4 and 1, 3, 5
     t = pd.read_csv(tmp_path / "t-a.csv")
     assert len(t) == 4 and (t["combined3_oracle"] >= t["combined_oracle"] - 1e-12).all()
+    # the wide baseline is the best n-gram/EAGLE fixed k of the grid and the paper's summaries, never below the paper's
+    assert (t["best_fixed_wide"] >= t["best_fixed"] - 1e-12).all()
+    for ds in ("cnn", "gsm8k"):
+        g = pd.concat([pd.read_csv(tmp_path / f"grid-{ds}.csv"), pd.read_csv(tmp_path / f"paper-{ds}.csv")])
+        g = g[g["proposer"].isin(["ngram", "eagle"]) & g["policy"].str.startswith("fixed-")]
+        for b in (1, 4):
+            r = t[(t["dataset"] == ds) & (t["batch_size"] == b)].iloc[0]
+            assert r["best_fixed_wide"] == g[g["batch_size"] == b]["speedup"].max()
+    # censored choices are listed (the toy grid's largest candidate is k = 4)
+    assert all(isinstance(e["censored"], list) for e in doc["proposers"].values())
 
 
 def test_suffix_decoding_needs_nothing_beyond_the_latest_images_lock():

@@ -464,7 +464,7 @@ def test_fig02_table_metrics_and_pdf(tmp_path):
                         [2, 2, 2], [2, 2, 2], outputs={2: [9]})
         rows += _points("tree-q-vllm", "none", "none", None, b, [10, 10, 10], [0] * 3, [0] * 3, version="0.10.1.1")
         rows += _points("tree-q-vllm", "eagle3-k21-tree-d3b4", "eagle3", 21, b, [8, 8, 8], [5, 5, 5], [1, 1, 1],
-                        version="0.10.1.1")
+                        outputs={0: [7]}, version="0.10.1.1")  # verified as a chain: one output differs at each B
     paths = []
     for exp in ("tree-q-sglang", "tree-q-vllm"):
         p = tmp_path / f"{exp}.parquet"
@@ -496,6 +496,12 @@ def test_fig02_table_metrics_and_pdf(tmp_path):
     assert (tmp_path / "f.pdf").read_bytes().startswith(b"%PDF")
     tex = (tmp_path / "t.tex").read_text()
     assert "1.50 [1.50, 1.50]" in tex and "2/3" in tex and "steps 3, topk 4, draft tokens 22" in tex
+    # item 14: the lossless check summed over B, vLLM's tree path named as verified as a chain
+    assert ("Lossless check, greedy outputs identical to no SD's (summed over B): tree-q-sglang eagle3-k3: 6/6; "
+            "tree-q-sglang eagle3-k21-tree-d3b4: 4/6; tree-q-vllm eagle3-k21-tree-d3b4: 4/6 (vLLM's tree path: "
+            "verified as a chain).") in tex.replace("\\_", "_")
+    vr = t[(t["exp"] == "tree-q-vllm") & (t["method"] != "none")]
+    assert list(vr["identical"]) == [2, 2] and list(vr["compared"]) == [3, 3]  # B = 1 and 64
 
 
 def test_fig01_leaves_the_tree_study_out():
@@ -576,3 +582,86 @@ def test_an_image_without_the_tree_path_runs_no_vllm_tree_job(tmp_path):
     assert len(points) == 14 and vllm_trees == ["tree-qwen3-8b-vllm/eagle3-k21-tree-d3b4.parquet",
                                                 "tree-qwen3-8b-vllm/eagle3-k6-tree-d3b2.parquet"]
     assert {b.split("/")[1] for b in bench} == {"engine_bench", "engine_sglang_bench"}
+
+
+def test_fig2_captions_state_vllms_chain_verification_and_sglangs_scheduler():
+    """Item 14: both captions say vLLM's tree path verifies the tree as a chain (and cite where), and that SGLang
+    runs no SD with its overlap scheduler and SD without; the facts are read from the pinned sources."""
+    from specrepro.engine.sourcecheck_sglang import overlap_forced_off_line
+    from specrepro.figures.engine_tree import SPEC as FIG
+    from specrepro.figures.engine_tree_table import SPEC as TAB
+
+    for spec in (FIG, TAB):
+        assert "verifies the tree as a chain" in spec.caption and "rejection_sampler.py" in spec.caption
+        assert "skipped as flaky" in spec.caption and "tests/v1/e2e/test_spec_decode.py" in spec.caption
+        assert "overlap scheduler" in spec.caption and "identical/compared" in spec.caption
+    for v in VLLM_TREE_VERSIONS:
+        root = source_tree("vllm", v)
+        sampler = (root / "vllm" / "v1" / "sample" / "rejection_sampler.py").read_text()
+        kernel = sampler[sampler.index("def rejection_greedy_sample_kernel"):]
+        kernel = kernel[:kernel.index("\n@triton.jit")]
+        # one walk over the draft tokens in list order, stopping at the first mismatch; nothing about a tree
+        assert "for pos in range(num_draft_tokens):" in kernel and "rejected = True" in kernel
+        assert "tree" not in sampler.lower()
+        e2e = (root / "tests" / "v1" / "e2e" / "test_spec_decode.py").read_text()
+        assert 'if attn_backend == "TREE_ATTN":' in e2e and "TREE_ATTN is flaky" in e2e
+    # SGLang: disable_overlap_schedule = True inside the EAGLE/EAGLE-3 branch of server_args.py
+    line = overlap_forced_off_line()
+    sa = (source_tree("sglang", "0.5.9") / "sglang" / "srt" / "server_args.py").read_text().splitlines()
+    assert sa[line - 1].strip() == "self.disable_overlap_schedule = True"
+    assert "SGLANG_ENABLE_SPEC_V2" in "\n".join(sa[line - 15:line])
+
+
+def test_sglang_jobs_state_the_overlap_scheduler_as_sglang_sets_it():
+    none = engine_kwargs(_spec(method="none", k=None), None, "/m", None)
+    chain = engine_kwargs(_spec(k=3), None, "/m", "/d")
+    assert none["disable_overlap_schedule"] is False and chain["disable_overlap_schedule"] is True
+    for j in tree_jobs(paper_config()):
+        if j["engine"] == "sglang":
+            assert j["sglang_kwargs"]["disable_overlap_schedule"] is (j["method"] != "none"), j["job"]
+
+
+VALUE_CASES = [
+    ({"mem_fraction_static": 1.5}, "mem_fraction_static = 1.5: a share of GPU memory"),
+    ({"mem_fraction_static": 0}, "mem_fraction_static = 0: a share of GPU memory"),
+    ({"tp_size": 3}, "tp_size = 3: the job runs on 1 GPU(s)"),
+    ({"max_running_requests": 64}, "max_running_requests = 64 is below the largest batch size 128"),
+    ({"max_running_requests": None}, "max_running_requests = 48 (SGLang 0.5.9's default under speculative decoding)"),
+    ({"cuda_graph_max_bs": 32}, "cuda_graph_max_bs = 32 is below the largest batch size 128"),
+    ({"disable_overlap_schedule": False}, "disable_overlap_schedule = False under EAGLE3: SGLang 0.5.9 turns the "
+                                          "overlap scheduler off there (srt/server_args.py:2384)"),
+]
+
+
+@pytest.mark.parametrize("change, expected", VALUE_CASES)
+def test_sglang_values_are_checked_against_their_meaning_and_the_experiment(change, expected):
+    """Item 14: SGLang's ServerArgs takes these values without complaint (its own checks are about nnodes,
+    pipeline parallelism, LoRA ...); the source check holds them against what they mean and the batch sizes."""
+    from specrepro.engine.sourcecheck_sglang import record_problems, sglang_value_problems
+
+    good = {**GOOD, "max_running_requests": 128, "disable_overlap_schedule": True}
+    assert sglang_value_problems(good, [1, 16, 64, 128], 1) == []
+    probs = sglang_value_problems({**good, **change}, [1, 16, 64, 128], 1)
+    assert len(probs) == 1 and expected in probs[0], probs
+    # the same through source-check's record path, on a job of the paper config
+    rec = copy.deepcopy(next(j for j in tree_jobs(paper_config())
+                             if j["job"].endswith("tree-qwen3-8b-sglang/bench/eagle3-k21-tree-d3b4.parquet")))
+    assert rec["batch_sizes"] == [1, 16, 64, 128] and record_problems(rec) == []
+    rec["sglang_kwargs"].update(change)
+    assert any(expected in p for p in record_problems(rec)), record_problems(rec)
+
+
+def test_no_cuda_graph_cap_without_cuda_graphs_and_the_h100_default():
+    from specrepro.engine.sourcecheck_sglang import sglang_value_problems
+
+    good = {**GOOD, "max_running_requests": 512, "disable_overlap_schedule": True}
+    # SGLang's default cap on an 80 GB H100: 256 below tp_size 4, 512 from it
+    assert sglang_value_problems(good, [300], 1) == [
+        "cuda_graph_max_bs = 256 (SGLang 0.5.9's default on an 80 GB H100 at tp_size 1; smaller GPUs get less) is below "
+        "the largest batch size 300: larger batches run without CUDA graphs"]
+    assert sglang_value_problems({**good, "tp_size": 4}, [300], 4) == []
+    assert sglang_value_problems({**good, "disable_cuda_graph": True}, [300], 1) == []
+    sa = (source_tree("sglang", "0.5.9") / "sglang" / "srt" / "server_args.py").read_text()
+    h100 = sa[sa.index("# H100, A100"):sa.index("# H20, H200")]
+    assert "self.cuda_graph_max_bs = 256" in h100 and "self.cuda_graph_max_bs = 512" in h100 and "tp_size < 4" in h100
+    assert sa.count("self.max_running_requests = 48") == 2

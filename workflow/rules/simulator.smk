@@ -308,7 +308,7 @@ rule simulate_kgrid:
         "results/simulator/{traceset}/today/kgrid/{dataset}.csv",
     params:
         common=sim_args(),
-        policies=" ".join(f"fixed-{k}" for k in TODAY.get("k_candidates", [1, 2, 3, 4, 5, 6, 8, 10, 12, 16])),
+        policies=" ".join(f"fixed-{k}" for k in TODAY.get("k_candidates", list(range(1, 21)))),
     log:
         "logs/simulator/{traceset}/today/kgrid/{dataset}.log",
     conda:
@@ -356,12 +356,18 @@ rule simulate_today:
         " --policy fixed-1 fixed-3 fixed-5 oracle -o {output.suffix:q}) 2> {log}"
 
 
+def today_kgrid_inputs(wc):
+    """The fixed-k grids (every candidate k): the best fixed k over the schedules' own candidates."""
+    return [f"results/simulator/{wc.traceset}/today/kgrid/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]]
+
+
 rule fig_today:
     input:
         config=RUN_CONFIG,
         summaries=sim_inputs("paper"),
         variants=adaptive_variant_inputs,
         today=today_inputs,
+        kgrid=today_kgrid_inputs,
     output:
         "figures/fig_today-{traceset}.pdf",
     log:
@@ -370,7 +376,7 @@ rule fig_today:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig_today --run-config {input.config} --subject {wildcards.traceset}"
-        " --summaries {input.summaries} {input.variants} {input.today} -o {output} 2> {log}"
+        " --summaries {input.summaries} {input.variants} {input.today} {input.kgrid} -o {output} 2> {log}"
 
 
 rule tab_today:
@@ -379,6 +385,7 @@ rule tab_today:
         summaries=sim_inputs("paper"),
         variants=adaptive_variant_inputs,
         today=today_inputs,
+        kgrid=today_kgrid_inputs,
         schedule="results/simulator/{traceset}/today/schedule.json",
         engine=today_engine_points,
     output:
@@ -390,5 +397,5 @@ rule tab_today:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_today --run-config {input.config} --subject {wildcards.traceset}"
-        " --summaries {input.summaries} {input.variants} {input.today} --schedule {input.schedule}"
+        " --summaries {input.summaries} {input.variants} {input.today} {input.kgrid} --schedule {input.schedule}"
         " --engine-points {input.engine:q} --csv {output.csv} -o {output.tex} 2> {log}"

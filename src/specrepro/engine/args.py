@@ -27,6 +27,8 @@ PROFILED_K = 3
 TRACE_K = 20
 #: methods whose per-position traces vLLM records (specrepro.engine.traces): every SD method it runs
 TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
+#: suffix decoding's ``suffix_decoding_max_cached_requests`` that turns its cross-request corpus off (vLLM 0.34.0)
+SUFFIX_NO_CORPUS = 0
 
 
 def config_label(method: str, k: int | None = None, tree: Mapping[str, Any] | None = None,
@@ -118,7 +120,13 @@ def speculative_config(spec: BenchSpec, drafter_dir: str | None) -> dict | None:
     elif spec.method == "mtp":
         cfg["method"] = spec.drafter.get("method_name") or "mtp"
     elif spec.method == "suffix":
-        cfg["method"] = "suffix"  # the per-request and cross-request suffix trees need no model
+        cfg["method"] = "suffix"  # the per-request suffix tree needs no model
+        # No cross-request corpus: by default (10000) vLLM 0.34.0 also matches every request against the
+        # outputs of earlier finished ones, and a bench serves the same prompts again at every batch size, so
+        # later points would accept their own earlier greedy outputs. 0 turns it off: vllm/config/speculative.py
+        # lines 587-590 ("Set to 0 to disable the cross-request corpus"), vllm/v1/worker/gpu/spec_decode/suffix/
+        # speculator.py lines 533-540 (corpus size 0 unless it is != 0); sourcecheck.suffix_corpus_problem checks it.
+        cfg["suffix_decoding_max_cached_requests"] = SUFFIX_NO_CORPUS
     else:
         if not drafter_dir:
             raise SpecReproError(f"{spec.exp} {spec.label}: method {spec.method} needs a drafter model")

@@ -294,6 +294,7 @@ def _sglang_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.Pat
         "sampling_params": {d: sglang.sampling_params(spec, n) for d, n in spec.datasets.items()},
         "other_sampling_params": {"warmup": sglang.warmup_sampling_params()},
         "drafter_class": sglang.DRAFTER_ARCH.get(job.method),
+        "batch_sizes": [int(b) for b in spec.batch_sizes],  # checked against max_running_requests, the CUDA-graph cap
     }
 
 

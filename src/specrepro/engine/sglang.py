@@ -20,7 +20,12 @@ verification steps, which also counts the token of the prefill) is kept as ``sgl
 Settings beyond vLLM's (config ``sglang``): the attention backend of no SD, chains and trees (the
 paper: FlashAttention-3 for chains, FlashInfer for trees), and ``max_running_requests``, which SGLang
 resets to 48 under speculative decoding unless it is given (``server_args.py``): the bench sets it to
-the largest batch size, so every copy of a batch runs at once, with and without SD. Prefix (radix)
+the largest batch size, so every copy of a batch runs at once, with and without SD. SGLang's overlap
+scheduler (CPU scheduling of the next batch while the GPU runs this one) stays on for no SD and is off
+under EAGLE/EAGLE-3 (SGLang 0.5.9 turns it off there unless ``SGLANG_ENABLE_SPEC_V2``, which allows only
+topk 1, so no tree): the bench passes ``disable_overlap_schedule`` as SGLang would set it, so the speedups
+are those of SGLang's defaults (the paper does not say it changed them); the source check reads the line
+that forces it. Prefix (radix)
 caching is off unless ``engine.enable_prefix_caching``, as in the vLLM runs; ``allow_auto_truncate``
 stops a request at the context length as vLLM does instead of rejecting it.
 
@@ -95,6 +100,10 @@ def engine_kwargs(spec: BenchSpec, sg: Mapping[str, Any] | None, model_dir: str,
     for key in ("mem_fraction_static", "cuda_graph_max_bs"):
         if s.get(key) is not None:
             kw[key] = s[key]
+    # SGLang 0.5.9 keeps its overlap scheduler for no SD and turns it off under EAGLE/EAGLE-3 (server_args.py,
+    # _handle_speculative_decoding: disable_overlap_schedule = True unless SGLANG_ENABLE_SPEC_V2); stated here
+    # so engine-args shows it, and Fig. 2's caption says the baseline runs with it
+    kw["disable_overlap_schedule"] = spec.method != "none"
     if spec.method == "none":
         return kw
     if spec.method not in SGLANG_ALGORITHM:

