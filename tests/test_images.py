@@ -42,7 +42,9 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert job_image(paper, exps["llama3-70b"], "none") == "paper"
     assert job_image(paper, exps["qwen3-8b"], "eagle3", 3) == "v0111"
     assert job_image(paper, exps["qwen3-8b"], "draft_model", 3) == "latest"
-    assert job_image(paper, exps["qwen3-8b-thinking"], "eagle3", 3) == "paper"
+    # its EAGLE-3 head's class is not in 0.10.1.1's registry: the thinking runs are on 0.11.1 (tests/test_sourcecheck.py)
+    assert job_image(paper, exps["qwen3-8b-thinking"], "eagle3", 3) == "v0111"
+    assert job_image(paper, exps["qwen3-8b-thinking"], "none") == "v0111"
     assert job_image(paper, exps["glm-4.5-air"], "mtp", 3) == "v0111"
     # today's methods (suffix decoding, k by batch size) and their experiment's baselines: vLLM 0.34.0
     for method, k, bs in (("none", None, None), ("eagle3", 3, False), ("eagle3", 10, True), ("suffix", 16, True)):
@@ -59,6 +61,9 @@ def test_paper_config_chooses_the_papers_engines(paper):
     assert devs[("qwen3-8b", "none")] == "vLLM 0.11.1rc1 -> vLLM 0.11.1"
     assert devs[("llama3-70b", "draft_model-k3")] == "a later vLLM snapshot -> vLLM 0.34.0"
     assert devs[("llama3.1-8b", "eagle-k3")] is None
+    assert devs[("qwen3-8b-thinking", "eagle3-k3")] == devs[("qwen3-8b-thinking", "none")] == (
+        "vLLM 0.10.1.1 -> vLLM 0.11.1: AngelSlim/Qwen3-8B_eagle3 declares LlamaForCausalLMEagle3, which vLLM 0.10.1.1 "
+        "does not register (0.11.1 does)")
     assert devs[("llama3.1-8b-today", "eagle3-k10-bs")] == "none (beyond the paper) -> vLLM 0.34.0"
     assert devs[("tree-qwen3-8b-sglang", "eagle3-k21-tree-d3b4")] is None  # SGLang 0.5.9, as the paper
     assert devs[("tree-qwen3-8b-vllm", "eagle3-k6-tree-d3b2")] == "SGLang 0.5.9 -> vLLM 0.11.1"
@@ -101,11 +106,15 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
         "it fills the MTP model in only for deepseek_v3/mimo targets (others fail at LLM() with "
         "'num_speculative_tokens was provided without speculative model'); set experiments[5].methods[2].container "
         "to v0111 or latest",
-    ]
+    ] + [  # today's EAGLE-3 jobs at the target's context: 0.10.1.1 does not raise the head's 2048 positions
+        f"config error: experiments[4].methods[{j}] = eagle3: its head has max_position_embeddings 2048 "
+        "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is the target model default on vLLM "
+        "0.10.1.1, which does not raise the head's positions; set experiments[4].engine_settings.max_model_len: 2048"
+        for j in (2, 3)]
     assert config_problems(paper) == [] and config_problems(_single_image(paper, "latest")) == []
     cfg = _single_image(paper, "v0111")
     problems = config_problems(cfg)
-    assert [p.split(":")[0] for p in problems] == ["config error"] * 5
+    assert [p.split(":")[0] for p in problems] == ["config error"] * 7
     # vLLM 0.11.1 has suffix decoding, but only with a package its image does not install
     assert problems[3] == (
         'config error: engine.container = "v0111": experiment llama3.1-8b-today method suffix cannot run on vLLM '
@@ -117,7 +126,11 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
     cfg = copy.deepcopy(paper)
     cfg["experiments"][4]["container"] = "v0111"
     assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
-        'config error: experiments[4].container = "v0111"'] * 3
+        'config error: experiments[4].container = "v0111"'] * 3 + [
+        f"config error: experiments[4].methods[{j}] = eagle3: its head has max_position_embeddings 2048 "
+        "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is the target model default on vLLM "
+        "0.11.1, which does not raise the head's positions; set experiments[4].engine_settings.max_model_len: 2048"
+        for j in (2, 3)]
 
 
 def test_an_sglang_experiment_takes_no_vllm_image(paper):

@@ -119,7 +119,8 @@ def test_an_unsupported_method_is_caught(records):
 
 def test_the_old_single_image_fails_the_check(paper, tmp_path):
     """Every job on the paper image (the code before the per-job choice): the draft-model and GLM MTP jobs fail
-    (their k = 20 trace jobs too)."""
+    (their k = 20 trace jobs too), every job of the Qwen3-8B EAGLE-3 head (its class is not registered in 0.10.1.1)
+    and today's EAGLE-3 jobs (their head's 2048 positions, uncapped on an engine that does not raise them)."""
     cfg = copy.deepcopy(paper)
     for e in cfg["experiments"]:
         e.pop("container", None)
@@ -133,12 +134,22 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
                    "results/engine/llama3-70b/profile/draft_model-k3.timings.parquet",
                    "results/engine/llama3-70b/traces/draft_model.jsonl",
                    "results/engine/llama3.1-8b-today/bench/eagle3-k10-bs.parquet",
+                   "results/engine/llama3.1-8b-today/bench/eagle3-k3.parquet",
                    "results/engine/llama3.1-8b-today/bench/suffix-k19-bs.parquet",
                    "results/engine/llama3.1-8b-today/bench/suffix-k3.parquet",
+                   "results/engine/llama3.1-8b-today/profile/eagle3-k3.timings.parquet",
                    "results/engine/llama3.1-8b-today/profile/suffix-k3.timings.parquet",
+                   "results/engine/qwen3-8b-thinking/bench/eagle3-k3.parquet",
+                   "results/engine/qwen3-8b-thinking/traces/eagle3.jsonl",
                    "results/engine/qwen3-8b/bench/draft_model-k3.parquet",
+                   "results/engine/qwen3-8b/bench/eagle3-k3.parquet",
                    "results/engine/qwen3-8b/profile/draft_model-k3.timings.parquet",
-                   "results/engine/qwen3-8b/traces/draft_model.jsonl"]
+                   "results/engine/qwen3-8b/profile/eagle3-k3.timings.parquet",
+                   "results/engine/qwen3-8b/traces/draft_model.jsonl",
+                   "results/engine/qwen3-8b/traces/eagle3.jsonl",
+                   "results/engine/tree-qwen3-8b-vllm/bench/eagle3-k21-tree-d3b4.parquet",
+                   "results/engine/tree-qwen3-8b-vllm/bench/eagle3-k3.parquet",
+                   "results/engine/tree-qwen3-8b-vllm/bench/eagle3-k6-tree-d3b2.parquet"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -210,9 +221,9 @@ def test_k_by_batch_size_is_checked_on_the_jobs_own_engine(records):
                                                           [64, 127, 3], [128, 128, 2]]
     assert check_job(rec, pinned_vllm_facts("0.34.0")) == []
     for v, where in (("0.10.1.1", "vllm/config/__init__.py"), ("0.11.1", "vllm/config/speculative.py")):
-        assert check_job(rec, pinned_vllm_facts(v)) == [
+        assert check_job(rec, pinned_vllm_facts(v))[0] == (
             f"{rec['job']}: speculative_config.num_speculative_tokens_per_batch_size is not a field of "
-            f"SpeculativeConfig ({where}) (vLLM {v})"]
+            f"SpeculativeConfig ({where}) (vLLM {v})")
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -235,5 +246,175 @@ def test_source_check_verb(paper, tmp_path):
                            "--workdir", str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "source-check: ok (72 jobs; checked: 8 on SGLang 0.5.9, 30 on vLLM 0.10.1.1, 18 on vLLM 0.11.1, "
+        "source-check: ok (72 jobs; checked: 8 on SGLang 0.5.9, 25 on vLLM 0.10.1.1, 23 on vLLM 0.11.1, "
         "16 on vLLM 0.34.0)")
+
+
+# --- models, scheduling, environment (issue 15 items 1, 2, 3, 5) ---------------------------------
+
+
+def _todays(paper):
+    """config/paper.yaml as it was before these checks: Qwen3-8B thinking on the default image (vLLM 0.10.1.1),
+    llama3.1-8b at the target's context."""
+    cfg = copy.deepcopy(paper)
+    for e in cfg["experiments"]:
+        if e["name"] == "qwen3-8b-thinking":
+            for key in ("container", "engine_reason"):
+                e.pop(key)
+        if e["name"] == "llama3.1-8b":
+            e.pop("engine_settings")
+    return cfg
+
+
+def test_the_qwen3_eagle3_head_is_checked_against_each_model_registry(paper, records, tmp_path):
+    """Item 1: AngelSlim/Qwen3-8B_eagle3 declares LlamaForCausalLMEagle3, commented out of 0.10.1.1's registry:
+    the check fails the thinking experiment on today's config and passes it on 0.11.1."""
+    before, _ = check_records(engine_args(_todays(paper), tmp_path))
+    arch = [p for p in before if "LlamaForCausalLMEagle3" in p]
+    assert sorted(p.split(":", 1)[0] for p in arch) == ["results/engine/qwen3-8b-thinking/bench/eagle3-k3.parquet",
+                                                        "results/engine/qwen3-8b-thinking/traces/eagle3.jsonl"]
+    assert arch[0].endswith("drafter architecture LlamaForCausalLMEagle3 (AngelSlim/Qwen3-8B_eagle3) is not in its "
+                            "model registry (vllm/model_executor/models/registry.py): the drafter does not load here; "
+                            "run the experiment on an image whose vLLM registers it (vLLM 0.10.1.1)")
+    thinking = [r for r in records if r["experiment"] == "qwen3-8b-thinking"]
+    assert {r["vllm_version"] for r in thinking} == {"0.11.1"}
+    assert check_records(thinking)[0] == []
+    # Llama-3.1's EAGLE-3 head declares LlamaForCausalLM: vLLM renames it Eagle3LlamaForCausalLM, registered in all
+    rec = _one(records, "results/engine/llama3.1-8b/bench/eagle3-k3.parquet")
+    assert (rec["drafter_architecture"], rec["target_architecture"]) == ("LlamaForCausalLM", "LlamaForCausalLM")
+    assert check_job(rec, pinned_vllm_facts("0.10.1.1")) == []
+    for v in VERSIONS:
+        assert [p for p in check_job(rec, pinned_vllm_facts(v)) if "architecture" in p] == []
+    rec["drafter_architecture"] = "LlamaForCausalLMEagle3"
+    (line,) = check_job(rec, pinned_vllm_facts("0.10.1.1"))
+    assert "drafter architecture LlamaForCausalLMEagle3 (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) is not in" in line
+
+
+def test_registry_facts_are_read_from_the_sdists():
+    """What the architecture check relies on, in each version's own files: the registry entry, EAGLEConfig's rename,
+    and 0.10.1.1's own e2e test running the Llama-3.1 EAGLE-3 head (that of Qwen3-8B commented out)."""
+    from specrepro.engine.sourcecheck import loaded_architecture
+    from specrepro.engine.sources import source_tree
+
+    has = {v: pinned_vllm_facts(v).architectures for v in VERSIONS}
+    assert ["LlamaForCausalLMEagle3" in has[v] for v in VERSIONS] == [False, True, True]
+    assert all({"Eagle3LlamaForCausalLM", "EagleLlamaForCausalLM", "LlamaForCausalLM", "Qwen3ForCausalLM",
+                "Glm4MoeForCausalLM"} <= has[v] for v in VERSIONS)
+    reg = (source_tree("vllm", "0.10.1.1") / "vllm/model_executor/models/registry.py").read_text()
+    assert '# "LlamaForCausalLMEagle3": ("llama_eagle3", "Eagle3LlamaForCausalLM"),' in reg
+    for v in VERSIONS:
+        f = pinned_vllm_facts(v)
+        assert loaded_architecture(f, "eagle3", "LlamaForCausalLM") == "Eagle3LlamaForCausalLM"
+        assert loaded_architecture(f, "eagle3", "LlamaForCausalLMEagle3") == "LlamaForCausalLMEagle3"
+        assert loaded_architecture(f, "eagle", "LlamaForCausalLM") == "EagleLlamaForCausalLM"
+        assert loaded_architecture(f, "draft_model", "Qwen3ForCausalLM") == "Qwen3ForCausalLM"
+    e2e = (source_tree("vllm", "0.10.1.1") / "tests/v1/e2e/test_spec_decode.py").read_text().splitlines()
+    live = [ln for ln in e2e if not ln.strip().startswith("#")]
+    assert any('"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"' in ln for ln in live)
+    assert not any("AngelSlim/Qwen3-8B_eagle3" in ln for ln in live)
+    assert any("AngelSlim/Qwen3-8B_eagle3" in ln for ln in e2e)
+
+
+def test_a_declared_architecture_is_checked_against_the_downloaded_config(paper, tmp_path):
+    """Where a manifest exists, the config's architecture (and a head's max_position_embeddings) must be its
+    config.json's: source-check says which key to fix, and the job stops before vLLM."""
+    from specrepro.engine.args import BenchSpec, declared_model_problems
+    from specrepro.engine.jobs import bench_spec, job_record, EngineJob
+
+    head = tmp_path / "hub" / "head"
+    head.mkdir(parents=True)
+    (head / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLMEagle3"],
+                                                  "max_position_embeddings": 4096}))
+    man = tmp_path / "resources/models/llama3.1-8b/drafters/eagle3/manifest.json"
+    man.parent.mkdir(parents=True)
+    man.write_text(json.dumps({"path": str(head)}))
+    job = EngineJob("engine_bench", "llama3.1-8b", "eagle3-k3", "eagle3", 3,
+                    "results/engine/llama3.1-8b/bench/eagle3-k3.parquet", "logs/x.log")
+    rec = job_record(paper, job, tmp_path)
+    assert (rec["drafter_architecture_found"], rec["drafter_max_position_embeddings_found"]) == (
+        "LlamaForCausalLMEagle3", 4096)
+    problems = check_job(rec, pinned_vllm_facts("0.10.1.1"))
+    assert problems == [
+        f"{rec['job']}: models.llama3.1-8b.drafters.eagle3.architecture = LlamaForCausalLM but the downloaded "
+        "config.json declares LlamaForCausalLMEagle3: set it to LlamaForCausalLMEagle3 (vLLM 0.10.1.1)",
+        f"{rec['job']}: drafter architecture LlamaForCausalLMEagle3 (yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) is not in "
+        "its model registry (vllm/model_executor/models/registry.py): the drafter does not load here; run the "
+        "experiment on an image whose vLLM registers it (vLLM 0.10.1.1)",
+        f"{rec['job']}: models.llama3.1-8b.drafters.eagle3.max_position_embeddings = 2048 but the downloaded "
+        "config.json says 4096: set it to 4096 (vLLM 0.10.1.1)"]
+    spec = BenchSpec.from_json(bench_spec(paper, "llama3.1-8b", "eagle3-k3"))
+    assert declared_model_problems(spec, str(tmp_path / "nowhere"), str(head)) == [
+        f"models.llama3.1-8b.drafters.eagle3.architecture = LlamaForCausalLM but {head}/config.json says "
+        "LlamaForCausalLMEagle3: set it to LlamaForCausalLMEagle3",
+        f"models.llama3.1-8b.drafters.eagle3.max_position_embeddings = 2048 but {head}/config.json says 4096: "
+        "set it to 4096"]
+
+
+def test_trace_and_profile_jobs_set_the_scheduling_they_assume(records):
+    """Item 2: vLLM 0.34.0 schedules asynchronously by default (read from its sdist); every trace and profile job
+    passes async_scheduling=False, and the check catches a trace job on 0.34 that does not."""
+    from specrepro.engine.images import ASYNC_SCHEDULING_DEFAULT
+
+    assert {v: pinned_vllm_facts(v).async_default for v in VERSIONS} == ASYNC_SCHEDULING_DEFAULT == {
+        "0.10.1.1": False, "0.11.1": False, "0.34.0": True}
+    for r in records:
+        if r["runner"] == "vllm":
+            assert r["llm_kwargs"].get("async_scheduling") == (
+                False if r["rule"] in ("engine_trace", "engine_profile") else None), r["job"]
+    trace = _one(records, "results/engine/llama3-70b/traces/draft_model.jsonl")
+    assert trace["vllm_version"] == "0.34.0" and check_job(trace, pinned_vllm_facts("0.34.0")) == []
+    del trace["llm_kwargs"]["async_scheduling"]
+    assert check_job(trace, pinned_vllm_facts("0.34.0")) == [
+        f"{trace['job']}: a k = 20 trace job assumes one batch in flight, but this vLLM schedules asynchronously by "
+        "default (EngineArgs.async_scheduling, resolved in VllmConfig): pass async_scheduling=False (vLLM 0.34.0)"]
+    assert check_job(trace, pinned_vllm_facts("0.11.1")) == [] or all(
+        "async" not in p for p in check_job(trace, pinned_vllm_facts("0.11.1")))
+    prof = _one(records, "results/engine/llama3.1-8b-today/profile/none.timings.parquet")
+    prof["llm_kwargs"]["async_scheduling"] = True
+    (line,) = check_job(prof, pinned_vllm_facts("0.34.0"))
+    assert "a profiled pass assumes one batch in flight" in line
+
+
+def test_vllm_use_v1_goes_only_to_the_vllm_that_reads_it(records):
+    """Item 5: VLLM_USE_V1 is read by 0.10.1.1 only (0.11.1 and 0.34.0's envs.py have no such variable)."""
+    from specrepro.engine.images import VLLM_ENV_READ
+
+    for var, versions in VLLM_ENV_READ.items():
+        assert tuple(v for v in VERSIONS if var in pinned_vllm_facts(v).env_vars) == versions
+    for r in records:
+        if r["runner"] == "vllm":
+            assert ("VLLM_USE_V1" in r["env"]) == (r["vllm_version"] == "0.10.1.1"), r["job"]
+            assert r["env"]["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    rec = _one(records, "results/engine/llama3.1-8b-today/bench/none.parquet")
+    rec["env"]["VLLM_USE_V1"] = "1"  # what every job passed before
+    assert check_job(rec, pinned_vllm_facts("0.34.0")) == [
+        f"{rec['job']}: env VLLM_USE_V1 is not a variable this vLLM reads (vllm/envs.py): leave it out "
+        "(specrepro.engine.images.VLLM_ENV_READ) (vLLM 0.34.0)"]
+
+
+def test_an_eagle_head_past_its_positions_is_caught(paper, records, tmp_path):
+    """Item 3: the Llama-3.1 EAGLE-3 head serves 2048 positions; 0.10.1.1 and 0.11.1 do not raise them (0.34.0
+    does, read from each sdist), so its jobs there must run at max_model_len <= 2048."""
+    from specrepro.engine.images import EXTENDS_DRAFT_POSITIONS
+
+    assert {v: pinned_vllm_facts(v).extends_draft_positions for v in VERSIONS} == EXTENDS_DRAFT_POSITIONS
+    before, _ = check_records(engine_args(_todays(paper), tmp_path))
+    pos = sorted(p.split(":", 1)[0] for p in before if "max_position_embeddings 2048" in p)
+    assert pos == ["results/engine/llama3.1-8b/bench/eagle3-k3.parquet",
+                   "results/engine/llama3.1-8b/profile/eagle3-k3.timings.parquet",
+                   "results/engine/llama3.1-8b/traces/eagle3.jsonl"]
+    for r in records:
+        if r["experiment"] == "llama3.1-8b":
+            assert r["llm_kwargs"]["max_model_len"] == 2048, r["job"]
+    today = _one(records, "results/engine/llama3.1-8b-today/bench/eagle3-k3.parquet")
+    assert "max_model_len" not in today["llm_kwargs"] and check_job(today, pinned_vllm_facts("0.34.0")) == []
+
+
+def test_profiled_passes_share_max_num_batched_tokens(records):
+    """Item 5: Fig. 4's no-SD pass needs 128 x 1024 tokens in one step for its cost-fit sweep; every SD pass takes
+    the same value, so all methods chunk their prefill alike (before: no SD 131072, SD vLLM's default 16384)."""
+    prof = [r for r in records if r["rule"] == "engine_profile"]
+    assert len(prof) == 16
+    assert {r["llm_kwargs"]["max_num_batched_tokens"] for r in prof} == {131072}
+    assert all("max_num_batched_tokens" not in r["llm_kwargs"] for r in records
+               if r["runner"] == "vllm" and r["rule"] != "engine_profile")

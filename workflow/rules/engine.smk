@@ -20,6 +20,8 @@ rule engine_prompts:
         seed=lambda wc: config["datasets"][wc.dataset].get("seed", 42),
         # chat templates without a thinking switch (Llama) ignore enable_thinking; Qwen3 needs it off
         thinking=lambda wc: "on" if EXPERIMENTS[wc.exp].get("thinking") else "off",
+        # prompts that fit the experiment's max_model_len (engine_settings over engine), when it has one
+        maxp=lambda wc: f"--max-prompt-tokens {n}" if (n := _jobs.max_prompt_tokens(config, wc.exp)) else "",
     wildcard_constraints:
         exp=name_regex(EXPERIMENTS),
     log:
@@ -31,7 +33,7 @@ rule engine_prompts:
     shell:
         "specrepro engine-prompts --dataset-manifest {input.dataset:q} --target-manifest {input.target:q}"
         " --template {params.template} --num-samples {params.num} --seed {params.seed} --thinking {params.thinking}"
-        " -o {output:q} 2> {log}"
+        " {params.maxp} -o {output:q} 2> {log}"
 
 
 rule engine_bench:

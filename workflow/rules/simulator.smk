@@ -157,6 +157,24 @@ rule simulator_metrics:
 # --- figures and tables ------------------------------------------------------------------------
 
 
+rule tab_head_positions:
+    """Positions past the EAGLE-3 head's max_position_embeddings per dataset, and the engine jobs' handling."""
+    input:
+        config=RUN_CONFIG,
+        requests=trace_tables("requests"),
+        positions=trace_tables("positions"),
+    output:
+        tex="figures/tab_head_positions-{traceset}.tex",
+        csv="figures/tab_head_positions-{traceset}.csv",
+    log:
+        "logs/figures/tab_head_positions-{traceset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_head_positions --run-config {input.config} --subject {wildcards.traceset}"
+        " --requests {input.requests} --positions {input.positions} --csv {output.csv} -o {output.tex} 2> {log}"
+
+
 rule tab_ngram_agreement:
     input:
         config=RUN_CONFIG,

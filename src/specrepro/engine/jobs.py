@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping
 
 from .args import TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, sampling_kwargs
 from .args import trace_sampling_kwargs, warmup_sampling_kwargs
-from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image
+from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image, vllm_env
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 
 BENCH_OUTPUT = "results/engine/{exp}/bench/{config}.parquet"
@@ -55,13 +55,51 @@ def drafter_of(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str) -> d
     return dict((cfg["models"][exp["model"]].get("drafters") or {}).get(method) or {})
 
 
+#: keys of a drafter entry a job's spec carries (``architecture`` and ``max_position_embeddings``: checked against the
+#: drafter's config.json before the engine starts)
+SPEC_DRAFTER_KEYS = ("method_name", "max_model_len", "architecture", "max_position_embeddings")
+
+
+def _spec_drafter(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str) -> dict:
+    return {k: v for k, v in drafter_of(cfg, exp, method).items() if k in SPEC_DRAFTER_KEYS and v is not None}
+
+
+def _version_engine(engine: Mapping[str, Any], image: str | None) -> dict:
+    """``engine`` with its ``env`` reduced to what the image's vLLM reads (:func:`specrepro.engine.images.vllm_env`)."""
+    version = image_engine(image)[1] if image and image_engine(image)[0] == "vllm" else None
+    if image and version is None:  # SGLang: its own environment (specrepro.engine.sglang.engine_env)
+        return dict(engine)
+    return {**engine, "env": vllm_env(engine.get("env") or {}, version)}
+
+
+def profile_batched_tokens(cfg: Mapping[str, Any]) -> int | None:
+    """``max_num_batched_tokens`` of every profiled pass (Fig. 4) of ``cfg``: the no-SD pass's cost-fit sweep
+    needs B x P prompt tokens in one step (``profiling.cost_fit``; at least vLLM's 8192), and the SD passes take
+    the same value so that every method of Fig. 4 chunks its prefill alike. None without a cost-fit sweep."""
+    sweep = (cfg.get("profiling") or {}).get("cost_fit")
+    if not sweep:
+        return None
+    return max(int(max(sweep["batch_sizes"]) * max(sweep["prompt_lens"])), 8192)
+
+
+#: what the profiled passes and the k = 20 trace engines assume: one batch in flight (the plugin derives
+#: positions from ``num_computed_tokens`` and times steps one by one); vLLM 0.34.0 schedules asynchronously by
+#: default, so they pass it (``engine-args`` shows it; ``source-check`` flags a job on an async-default vLLM without it)
+SYNC_SCHEDULING = {"async_scheduling": False}
+
+
 def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool = False) -> dict:
     """The spec (JSON object) of ``specrepro bench`` / ``specrepro profile`` for one engine job."""
     exp = _experiments(cfg)[exp_name]
     job = experiment_configs(exp)[label]
     model = cfg["models"][exp["model"]]
     prof = cfg.get("profiling") or {}
-    engine = engine_settings(cfg, exp)
+    image = job_image(cfg, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size")))
+    engine = _version_engine(engine_settings(cfg, exp), image)
+    if profile:
+        engine.update(SYNC_SCHEDULING)
+        if profile_batched_tokens(cfg):
+            engine["max_num_batched_tokens"] = profile_batched_tokens(cfg)
     datasets = profiled_datasets(exp, job, prof) if profile else job["datasets"]
     spec = {
         "exp": exp_name,
@@ -73,10 +111,11 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
         "num_requests": int(prof["num_requests"] if profile else exp.get("num_requests") or 10**9),
         "engine": engine,
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
-        "drafter": {k: v for k, v in drafter_of(cfg, exp, job["method"]).items() if k in ("method_name", "max_model_len")},
+        "drafter": _spec_drafter(cfg, exp, job["method"]),
         "batching": engine.get("batching", "replicate"),
-        "image": job_image(cfg, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size"))),
+        "image": image,
         **({"tree": job["tree"]} if job.get("tree") else {}),
+        **({"architecture": model["architecture"]} if model.get("architecture") else {}),
     }
     if job.get("k_by_batch_size"):
         spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
@@ -125,6 +164,13 @@ def engine_settings(cfg: Mapping[str, Any], exp: Mapping[str, Any]) -> dict:
     return merged
 
 
+def max_prompt_tokens(cfg: Mapping[str, Any], exp_name: str) -> int | None:
+    """The longest prompt an experiment's requests may have: one token under its ``max_model_len`` (the engine
+    refuses longer prompts; each drawn request can then produce a token), None without one."""
+    mml = engine_settings(cfg, _experiments(cfg)[exp_name]).get("max_model_len")
+    return int(mml) - 1 if mml else None
+
+
 def trace_datasets(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
     """Datasets of an experiment's engine trace set: those of its no-SD run."""
     exp = _experiments(cfg)[exp_name]
@@ -138,7 +184,9 @@ def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
     ``engine.env``; the experiment's ``engine_settings`` over the engine section, as its bench)."""
     exp = _experiments(cfg)[exp_name]
     model = cfg["models"][exp["model"]]
-    engine = engine_settings(cfg, exp)
+    image = trace_image(cfg, exp, method)
+    base = engine_settings(cfg, exp)
+    engine = _version_engine({**base, "env": {**(base.get("env") or {}), **(base.get("trace_env") or {})}}, image)
     return {
         "exp": exp_name,
         "model": exp["model"],
@@ -147,11 +195,12 @@ def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
         "datasets": {d: max_output(cfg, exp, d) for d in trace_datasets(cfg, exp_name)},
         "batch_sizes": [1],
         "num_requests": int(exp.get("num_requests") or 10**9),
-        "engine": {**engine, "env": {**(engine.get("env") or {}), **(engine.get("trace_env") or {})}},
+        "engine": {**engine, **SYNC_SCHEDULING},
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
-        "drafter": {k: v for k, v in drafter_of(cfg, exp, method).items() if k in ("method_name", "max_model_len")},
+        "drafter": _spec_drafter(cfg, exp, method),
         "batching": engine.get("batching", "replicate"),
-        "image": trace_image(cfg, exp, method),
+        "image": image,
+        **({"architecture": model["architecture"]} if model.get("architecture") else {}),
     }
 
 
@@ -248,11 +297,13 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
         return {**rec, **_sglang_record(cfg, job, workdir)}
     if job.rule == "engine_trace":
         spec = BenchSpec.from_json(trace_spec(cfg, job.exp, job.method))
-        rec["env"] = {**rec["env"], **spec.engine["env"]}
     else:
         spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
+    # what the job sets (apply_engine_env): engine.env (trace_env on top) less what its vLLM does not read
+    rec["env"] = {**(spec.engine.get("env") or {}), **(VLLM_TREE_ENV if job.tree else {})}
     drafter = drafter_of(cfg, exp, job.method)
     ddir = model_dir(manifest_path(exp["model"], job.method), workdir) if drafter.get("source") else None
+    rec.update(model=exp["model"], **_architecture_fields(cfg, exp, job.method, workdir))
     sweep = cost_sweep(cfg, job.exp, job.config) if job.rule == "engine_profile" else None
     rec.update(
         runner="vllm",
@@ -295,6 +346,37 @@ def _sglang_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.Pat
         "other_sampling_params": {"warmup": sglang.warmup_sampling_params()},
         "drafter_class": sglang.DRAFTER_ARCH.get(job.method),
         "batch_sizes": [int(b) for b in spec.batch_sizes],  # checked against max_running_requests, the CUDA-graph cap
+    }
+
+
+def _config_json(manifest: str, workdir: str | os.PathLike) -> dict | None:
+    """config.json of the model directory a manifest names, when both are there."""
+    path = model_dir(manifest, workdir)
+    p = Path(path) / "config.json"
+    try:
+        return json.loads(p.read_text()) if not path.startswith("<") and p.is_file() else None
+    except ValueError:
+        return None
+
+
+def _architecture_fields(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str,
+                         workdir: str | os.PathLike) -> dict:
+    """The architectures the config declares for the target and the drafter (``architecture``), and those their
+    config.json declare where a manifest is already there (``..._found``); the drafter's
+    ``max_position_embeddings`` (config, else config.json)."""
+    model = cfg["models"][exp["model"]]
+    drafter = drafter_of(cfg, exp, method)
+    tjson = _config_json(manifest_path(exp["model"]), workdir)
+    djson = _config_json(manifest_path(exp["model"], method), workdir) if drafter.get("source") else None
+    first = lambda j: (j.get("architectures") or [None])[0] if j else None  # noqa: E731
+    src = (drafter.get("source") or {})
+    return {
+        "target_architecture": model.get("architecture"), "target_architecture_found": first(tjson),
+        "drafter_source": (src.get("hf") or {}).get("repo") or (f"built {src['build']['kind']}" if src.get("build") else None),
+        "drafter_architecture": drafter.get("architecture") if drafter.get("source") else None,
+        "drafter_architecture_found": first(djson),
+        "drafter_max_position_embeddings": drafter.get("max_position_embeddings"),
+        "drafter_max_position_embeddings_found": (djson or {}).get("max_position_embeddings"),
     }
 
 

@@ -272,6 +272,129 @@ def _needs_model(src: Source, cls_name: str, seen: set[str]) -> bool:
     return any(_needs_model(src, getattr(b, "id", getattr(b, "attr", "")), seen) for b in cls.bases)
 
 
+REGISTRY_FILE = "vllm/model_executor/models/registry.py"
+EAGLE_CONFIG_FILE = "vllm/transformers_utils/configs/eagle.py"
+
+
+def _top_level_assigns(tree: ast.Module) -> dict[str, ast.expr]:
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            out[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            out[node.target.id] = node.value
+    return out
+
+
+def registry_architectures(src: Source) -> set[str]:
+    """The architectures of ``_VLLM_MODELS`` (the dicts it unpacks, followed; a commented-out entry is absent)."""
+    assigns = _top_level_assigns(src.tree(REGISTRY_FILE))
+
+    def keys(name: str, seen: frozenset) -> set[str]:
+        d = assigns.get(name)
+        if name in seen or not isinstance(d, ast.Dict):
+            return set()
+        out: set[str] = set()
+        for k, v in zip(d.keys, d.values):
+            if k is None and isinstance(v, ast.Name):  # **_TEXT_GENERATION_MODELS
+                out |= keys(v.id, seen | {name})
+            elif isinstance(k, ast.Constant) and isinstance(k.value, str):
+                out.add(k.value)
+        return out
+
+    if "_VLLM_MODELS" not in assigns:
+        raise SpecReproError(f"{src.label}: no _VLLM_MODELS in {REGISTRY_FILE}")
+    return keys("_VLLM_MODELS", frozenset())
+
+
+def drafter_renames(src: Source) -> dict[str, ast.ListComp]:
+    """{method: comprehension} of ``EAGLEConfig.__init__``: ``kwargs["architectures"] = [<rename of arch> for arch in
+    self.model.architectures]`` under ``if method == "eagle"`` / ``elif method == "eagle3"`` (the name vLLM then
+    loads; e.g. LlamaForCausalLM -> Eagle3LlamaForCausalLM, LlamaForCausalLMEagle3 unchanged)."""
+    if not (src.root / EAGLE_CONFIG_FILE).is_file():
+        return {}
+    out: dict[str, ast.ListComp] = {}
+    for node in ast.walk(src.tree(EAGLE_CONFIG_FILE)):
+        if not isinstance(node, ast.If):
+            continue
+        for test, body in _if_chain(node):
+            methods = _method_compare_consts(test) if test is not None else set()
+            for stmt in body:
+                if (isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.ListComp)
+                        and any(isinstance(t, ast.Subscript) and "architectures" in _consts(t.slice) for t in stmt.targets)):
+                    for m in methods:
+                        out.setdefault(m, stmt.value)
+    return out
+
+
+def loaded_architecture(facts: "VllmFacts", method: str, declared: str) -> str:
+    """The architecture vLLM looks up for a drafter of ``method`` that declares ``declared``: its EAGLEConfig
+    rename (evaluated from the source: string operations on one name, nothing else in scope) or ``declared``."""
+    comp = facts.drafter_renames.get(facts.renames.get(method, method))
+    if comp is None:
+        return declared
+    gen = comp.generators[0]
+    if not isinstance(gen.target, ast.Name):
+        return declared
+    scope = {gen.target.id: declared}
+    if not all(eval(compile(ast.fix_missing_locations(ast.Expression(cond)), EAGLE_CONFIG_FILE, "eval"),
+                    {"__builtins__": {}}, scope) for cond in gen.ifs):
+        return declared
+    expr = ast.fix_missing_locations(ast.Expression(comp.elt))
+    return str(eval(compile(expr, EAGLE_CONFIG_FILE, "eval"), {"__builtins__": {}}, scope))
+
+
+def async_scheduling_default(src: Source, engine_args: ast.ClassDef) -> bool | None:
+    """Async scheduling when a job passes no ``async_scheduling``: the default of ``EngineArgs.async_scheduling``
+    (through ``SchedulerConfig.async_scheduling``); ``None`` there is resolved by ``VllmConfig``: on when its
+    ``if ...async_scheduling is None:`` block sets it True. None: the field does not exist."""
+    def default_of(cls: ast.ClassDef):
+        for s in cls.body:
+            if isinstance(s, ast.AnnAssign) and getattr(s.target, "id", "") == "async_scheduling":
+                return s.value
+        return None
+
+    v = default_of(engine_args)
+    if v is None:
+        return None
+    if isinstance(v, ast.Attribute) and getattr(v.value, "id", "") == "SchedulerConfig":
+        _, sched = src.find_class("SchedulerConfig", "vllm/config", hint=["vllm/config/scheduler.py",
+                                                                         "vllm/config/__init__.py"])
+        v = default_of(sched)
+    if isinstance(v, ast.Call):  # Field(default=...)
+        v = next((kw.value for kw in v.keywords if kw.arg == "default"), None)
+    if not isinstance(v, ast.Constant):
+        raise SpecReproError(f"{src.label}: cannot read the default of async_scheduling")
+    if v.value is not None:
+        return bool(v.value)
+    for rel in ("vllm/config/vllm.py", "vllm/config/__init__.py"):
+        if not (src.root / rel).is_file():
+            continue
+        for n in ast.walk(src.tree(rel)):
+            if isinstance(n, ast.If) and _mentions(n.test, "async_scheduling") and any(
+                    isinstance(c, ast.Compare) and any(isinstance(o, ast.Is) for o in c.ops) for c in ast.walk(n.test)):
+                for a in ast.walk(ast.Module(body=n.body, type_ignores=[])):
+                    if (isinstance(a, ast.Assign) and isinstance(a.value, ast.Constant) and a.value.value is True
+                            and any(getattr(t, "attr", "") == "async_scheduling" for t in a.targets)):
+                        return True
+    return False
+
+
+def env_variables(src: Source) -> set[str]:
+    """The keys of ``environment_variables`` in vllm/envs.py: the variables this vLLM reads."""
+    v = _top_level_assigns(src.tree("vllm/envs.py")).get("environment_variables")
+    if not isinstance(v, ast.Dict):
+        raise SpecReproError(f"{src.label}: no environment_variables dict in vllm/envs.py")
+    return {k.value for k in v.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
+def _extends_draft_positions(sc: ast.ClassDef) -> bool:
+    """SpeculativeConfig assigns a draft config's ``max_position_embeddings`` (vLLM 0.34's
+    ``_maybe_override_draft_max_position_embeddings``: raised to the target's max_model_len)."""
+    return any(isinstance(n, ast.Assign) and any(getattr(t, "attr", "") == "max_position_embeddings" for t in n.targets)
+               for n in ast.walk(sc))
+
+
 @dataclass
 class VllmFacts:
     """What one vLLM version's source says about the arguments the project passes."""
@@ -290,6 +413,16 @@ class VllmFacts:
     metric_strings: set[str]
     has_get_metrics: bool
     files: dict = field(default_factory=dict)
+    #: every architecture of its model registry (``_VLLM_MODELS`` of model_executor/models/registry.py)
+    architectures: set[str] = field(default_factory=set)
+    #: {method: the list comprehension that renames a drafter's declared architectures} (EAGLEConfig)
+    drafter_renames: dict = field(default_factory=dict)
+    #: async scheduling when a job does not set it: True (on, or "auto" resolved to on), False
+    async_default: bool | None = None
+    #: the environment variables it reads (keys of ``environment_variables`` in vllm/envs.py)
+    env_vars: set[str] = field(default_factory=set)
+    #: whether SpeculativeConfig raises a draft's max_position_embeddings to the target's context itself
+    extends_draft_positions: bool = False
 
 
 def vllm_facts(src: Source, version: str = "") -> VllmFacts:
@@ -352,6 +485,9 @@ def vllm_facts(src: Source, version: str = "") -> VllmFacts:
         sampling_fields=Source.class_fields(sp), metric_strings=metrics,
         has_get_metrics=Source.method(llm, "get_metrics") is not None,
         files={"EngineArgs": ea_file, "LLM": llm_file, "SpeculativeConfig": sc_file, "SamplingParams": sp_file},
+        architectures=registry_architectures(src), drafter_renames=drafter_renames(src),
+        async_default=async_scheduling_default(src, ea), env_vars=env_variables(src),
+        extends_draft_positions=_extends_draft_positions(sc),
     )
 
 
@@ -414,12 +550,74 @@ def check_job(rec: Mapping[str, Any], facts: VllmFacts, packages: Iterable[str] 
                                  packages, rec.get("image"))
             if why:
                 bad(f"speculative_config.method: {why}")
+    out += [f"{job}: {msg} (vLLM {v})" for msg in _model_problems(rec, facts, kw)]
     sampling = dict(rec.get("sampling_params") or {})
     sampling.update({f"<{k}>": v for k, v in (rec.get("other_sampling_params") or {}).items()})
     for use, params in sampling.items():
         for key in sorted(params):
             if key not in facts.sampling_fields:
                 bad(f"sampling_params[{use}].{key} is not a field of SamplingParams ({facts.files['SamplingParams']})")
+    return out
+
+
+#: engine jobs that assume one batch in flight (positions from num_computed_tokens, step-by-step timing)
+SYNC_RULES = {"engine_trace": "a k = 20 trace job", "engine_profile": "a profiled pass"}
+
+
+def _model_problems(rec: Mapping[str, Any], facts: VllmFacts, kw: Mapping[str, Any]) -> list[str]:
+    """What the job's models, scheduling and environment need of this vLLM (one line each, no job prefix):
+
+    * the target's and the drafter's architecture (the config's ``architecture``) are in its model registry, the
+      drafter's also under the name its EAGLEConfig renames it to, and agree with their config.json where a
+      manifest is there;
+    * a trace or profile job on a vLLM that schedules asynchronously by default passes ``async_scheduling=False``;
+    * every ``VLLM_*`` variable of the job's environment is one this vLLM reads (vllm/envs.py);
+    * an EAGLE head with ``max_position_embeddings`` M runs with ``max_model_len <= M`` where this vLLM does not
+      raise the head's positions itself.
+    """
+    out = []
+    model, method = rec.get("model", "<model>"), rec.get("method")
+    for who, key in (("target", f"models.{model}.architecture"),
+                     ("drafter", f"models.{model}.drafters.{method}.architecture")):
+        declared, found = rec.get(f"{who}_architecture"), rec.get(f"{who}_architecture_found")
+        if declared and found and declared != found:
+            out.append(f"{key} = {declared} but the downloaded config.json declares {found}: set it to {found}")
+        arch = found or declared
+        if not arch:
+            continue
+        name = f"{who} architecture {arch}" + (f" ({rec['drafter_source']})" if who == "drafter" and rec.get(
+            "drafter_source") else "")
+        if arch not in facts.architectures:
+            out.append(f"{name} is not in its model registry ({REGISTRY_FILE}): the {who} does not load here; "
+                       "run the experiment on an image whose vLLM registers it")
+        elif who == "drafter" and method:
+            loaded = loaded_architecture(facts, method, arch)
+            if loaded not in facts.architectures:
+                out.append(f"{name} loads as {loaded} ({EAGLE_CONFIG_FILE}), which is not in its model registry "
+                           f"({REGISTRY_FILE}); run the experiment on an image whose vLLM registers it")
+    kind = SYNC_RULES.get(rec.get("rule", ""))
+    if kind and facts.async_default and kw.get("async_scheduling") is not False:
+        out.append(f"{kind} assumes one batch in flight, but this vLLM schedules asynchronously by default "
+                   "(EngineArgs.async_scheduling, resolved in VllmConfig): pass async_scheduling=False")
+    for name in sorted(rec.get("env") or {}):
+        # VLLM_ATTENTION_BACKEND: its value is checked against the backends (sourcecheck_sglang.record_problems)
+        if (name.startswith("VLLM_") and name != "VLLM_ATTENTION_BACKEND" and facts.env_vars
+                and name not in facts.env_vars):
+            out.append(f"env {name} is not a variable this vLLM reads (vllm/envs.py): leave it out "
+                       "(specrepro.engine.images.VLLM_ENV_READ)")
+    m_pos = rec.get("drafter_max_position_embeddings") or rec.get("drafter_max_position_embeddings_found")
+    found_pos = rec.get("drafter_max_position_embeddings_found")
+    if rec.get("drafter_max_position_embeddings") and found_pos and found_pos != rec["drafter_max_position_embeddings"]:
+        out.append(f"models.{model}.drafters.{method}.max_position_embeddings = {rec['drafter_max_position_embeddings']}"
+                   f" but the downloaded config.json says {found_pos}: set it to {found_pos}")
+    if method in ("eagle", "eagle3") and m_pos and not facts.extends_draft_positions:
+        mml = kw.get("max_model_len")
+        if mml is None or int(mml) > int(m_pos):
+            reach = mml or "the target's max_model_len"
+            out.append(f"the {method} head ({rec.get('drafter_source') or 'drafter'}) has max_position_embeddings "
+                       f"{m_pos} and the job's context may reach {reach}; this vLLM does not raise a draft's positions "
+                       f"to the target's (SpeculativeConfig): set engine_settings.max_model_len of experiment "
+                       f"{rec.get('experiment')} to {m_pos} or less")
     return out
 
 

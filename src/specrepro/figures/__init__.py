@@ -20,6 +20,7 @@ MODULES = (
     "acceptance_diff",
     "request_span",
     "acceptance_table",
+    "head_positions",
     "sim_ngram_table",
     "sim_fig10",
     "sim_fig12",

