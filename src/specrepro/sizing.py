@@ -511,6 +511,16 @@ def quantity_spread(q: Quantity, level: float, proxy: TraceProxy | None, pilot: 
     return proxy_spread(q, level, proxy)
 
 
+def claim_spread(claim: Claim, claims: Sequence[Claim], cfg: Mapping[str, Any], proxy: TraceProxy) -> Spread | None:
+    """The per-request spread of an engine claim's quantity at the paper's value, from the released traces (for an
+    envelope claim, at the configuration where the paper's extreme lies): what the band of a claim with
+    ``tolerance_from`` is derived from (:func:`specrepro.claims.band_from_spread`); None where the traces do not
+    model the quantity."""
+    exps = [e["name"] for e in cfg.get("experiments", []) or []]
+    q = parse_engine_key(envelope_quantity(claim, claims) or claim.measured_by or "", exps, list(cfg.get("datasets", {})))
+    return None if q is None or claim.value is None else quantity_spread(q, claim.value, proxy, None)
+
+
 # --- sizing the claims of a config -------------------------------------------------------------------
 
 #: envelope keys (min/max over every profiled configuration) and the per-configuration quantity they range over
