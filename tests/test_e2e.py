@@ -137,10 +137,12 @@ def test_smollm2_stand_in(cpu_run):
     assert (sd["compared"] > 0).all() and (sd["identical"] == sd["compared"]).all()
     trends = pd.read_csv(cpu_run / "figures" / "tab_trends-engine.csv")
     drafters = trends[trends["exp"] == "drafters"].set_index("check")["shown"]
-    assert len(drafters) == 2 and drafters.all(), drafters
+    beats = drafters[drafters.index.str.contains("beats its untrained start")]
+    assert len(beats) == 2 and beats.astype(bool).all(), drafters
+    assert drafters.index.str.contains("held-out prompts and in the benchmark").sum() == 2
     assert set(trends.loc[trends["exp"] == "smollm2", "check"]) == {
         "n-gram ranks the workloads as the paper's data do", "verification dominates the step",
-        "speedup falls with batch size", "acceptance falls with draft position"}
+        "speedup falls with batch size"}  # acceptance per position cannot rise under chain verification: no finding
 
 
 def test_nothing_left_to_do(cpu_run):
