@@ -124,7 +124,8 @@ def test_heldout_and_benchmark_acceptance_side_by_side(tmp_path):
     """The trained drafter's tokens per step on its held-out prompts (from the training record's per-request steps)
     beside vLLM's counters in the benchmark, each with its interval over requests."""
     man = tmp_path / "manifest.json"
-    per = [{"steps": 10, "tokens": 16}, {"steps": 10, "tokens": 17}, {"steps": 10, "tokens": 15}]
+    per = [{"workload": "a", "steps": 10, "tokens": 16}, {"workload": "a", "steps": 10, "tokens": 17},
+           {"workload": "b", "steps": 10, "tokens": 15}]
     man.write_text(json.dumps({"training": {
         "kind": "eagle", "train_s": 50, "epochs": 2,
         "heldout_untrained": {"k": 3, "mean_acceptance_length": 1.01, "positions": 90, "requests": 3},
@@ -143,5 +144,7 @@ def test_heldout_and_benchmark_acceptance_side_by_side(tmp_path):
     # held-out: 48 tokens / 30 steps = 1.60; benchmark: 1 + (13 * 5) / (40 * 5) = 1.325
     assert side["measured"].startswith("held-out (the training's prompts, host-side, 3 requests): 1.60 [")
     assert "benchmark (vLLM's counters, 4 requests): 1.32 [" in side["measured"] and side["shown"] is None
+    # per workload, where the two differ: held-out a 33 / 20, b 15 / 10; benchmark code 1 + 65 / 200
+    assert "] (a 1.65, b 1.50); benchmark" in side["measured"] and "] (code 1.32)" in side["measured"]
     held = T.heldout_interval(json.loads(man.read_text())["training"]["heldout_trained"])
     assert held.estimate == pytest.approx(1.6) and held.low >= 1.5 and held.high <= 1.7

@@ -56,7 +56,10 @@ SPEC = FigureSpec(
         "chain verification it cannot rise by construction. Last rows: the drafters trained by the pipeline, "
         "held-out acceptance length (k = 3) untrained, after the least-squares start and after training, and the "
         "trained drafter's tokens per step on the training's held-out prompts beside the benchmark's (vLLM's "
-        "counters), each with its 95% interval over requests. A CPU stand-in never decides a paper claim."
+        "counters), each with its 95% interval over requests and per workload: the held-out prompts are new "
+        "instances of the training's templates (tools/make_smollm_train_prompts.py), the benchmark's are written "
+        "separately, and the two differ by prompt (tools/smollm_acceptance_gap.py walks both with the same rule; "
+        "docs/ARTIFACT.md). A CPU stand-in never decides a paper claim."
     ),
     paper_statement=(
         "n-gram drafts best where the output repeats the prompt (code editing, then summaries, chat, math); "
@@ -190,6 +193,29 @@ def heldout_interval(rec: dict) -> Interval:
     return Interval(math.nan if v is None else float(v), math.nan, math.nan, int(rec.get("requests") or 0))
 
 
+def heldout_by_workload(rec: dict) -> dict[str, float]:
+    """Tokens per step of the held-out requests per workload (training record's per-request steps and tokens)."""
+    per = pd.DataFrame(rec.get("per_request") or [])
+    if per.empty or "workload" not in per:
+        return {}
+    g = per.groupby("workload")[["tokens", "steps"]].sum()
+    return (g["tokens"] / g["steps"]).to_dict()
+
+
+def benchmark_by_workload(points: pd.DataFrame, method: str, k: int) -> dict[str, float]:
+    """Tokens per step of a method in the benchmark per dataset (vLLM's counters, batch sizes pooled)."""
+    ok = points[(points["status"] == "ok") & (points["method"] == method) & (points["k"] == k)]
+    if ok.empty:
+        return {}
+    acc = pd.to_numeric(ok["num_accepted_tokens"], errors="coerce").fillna(0).groupby(ok["dataset"]).sum()
+    dr = pd.to_numeric(ok["num_drafts"], errors="coerce").fillna(0).groupby(ok["dataset"]).sum()
+    return (1 + acc / dr.where(dr > 0)).dropna().to_dict()
+
+
+def _split(d: dict[str, float]) -> str:
+    return f" ({', '.join(f'{w} {v:.2f}' for w, v in sorted(d.items()))})" if d else ""
+
+
 def benchmark_interval(points: pd.DataFrame, method: str, k: int) -> Interval:
     """Tokens per step of a method in the benchmark, 1 + accepted / drafts from vLLM's counters, pooled over
     workloads and batch sizes, with its interval over requests (a request's points at every B together)."""
@@ -233,8 +259,9 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
         apart = held.low == held.low and bench.low == bench.low and (held.low > bench.high or held.high < bench.low)
         out.append({
             "check": f"trained {tr.get('kind')}: tokens per step on held-out prompts and in the benchmark (k = {k})",
-            "measured": (f"held-out (the training's prompts, host-side, {held.n} requests): {_iv(held)}; "
-                         f"benchmark (vLLM's counters, {bench.n} requests): {_iv(bench)}"
+            "measured": (f"held-out (the training's prompts, host-side, {held.n} requests): {_iv(held)}"
+                         f"{_split(heldout_by_workload(t))}; benchmark (vLLM's counters, {bench.n} requests): "
+                         f"{_iv(bench)}{_split(benchmark_by_workload(points, method, k))}"
                          + ("" if apart else "; the intervals overlap")),
             "paper": "(not a paper finding)",
             "shown": None,
