@@ -42,7 +42,7 @@ def test_trends_shown_with_their_numbers():
     assert t["shown"].tolist() == [True, True, True]
     assert t.loc["n-gram ranks the workloads as the paper's data do", "measured"].startswith("code 2.50; news 1.80; chat 1.30")
     # every workload's request at the same speedup: the intervals are the points
-    assert ("ngram-k3: 1.40 [1.40, 1.40]x (B=1), 1.10 [1.10, 1.10]x (B=8); B=8 / B=1: 0.79 [0.79, 0.79] over 4 requests"
+    assert ("ngram-k3: 1.40x [1.40, 1.40] (B=1), 1.10x [1.10, 1.10] (B=8); B=8 / B=1: 0.79 [0.79, 0.79] over 4 requests"
             in t.loc["speedup falls with batch size", "measured"])
     assert "eagle-k3 B=1 70 %" in t.loc["verification dominates the step", "measured"]
     # per-position acceptance falls by construction of chain verification: not a finding
@@ -108,8 +108,8 @@ def test_speedup_falls_only_where_its_interval_says_so():
     pts = normalise(pd.DataFrame(rows))
     r = T.speedup_check(pts)
     assert r["shown"] == T.NOT_RESOLVED
-    assert "ngram-k3: 1.50 [1.50, 1.50]x (B=1), 1.23 [" in r["measured"]  # mean of 1.20 .. 1.27: 1.235 - float error
-    assert "eagle-k3: 1.50 [1.50, 1.50]x (B=1), 1.35 [" in r["measured"]
+    assert "ngram-k3: 1.50x [1.50, 1.50] (B=1), 1.23x [" in r["measured"]  # mean of 1.20 .. 1.27: 1.235 - float error
+    assert "eagle-k3: 1.50x [1.50, 1.50] (B=1), 1.35x [" in r["measured"]
     # the ratio's interval for the mixed one holds 1; the other lies below it
     ng, ea = (part for part in r["measured"].split("; ") if "over 8 requests" in part)
     lo, hi = (float(x) for x in ng.split("B=8 / B=1: ")[1].split("[")[1].split("]")[0].split(", "))
@@ -146,5 +146,11 @@ def test_heldout_and_benchmark_acceptance_side_by_side(tmp_path):
     assert "benchmark (vLLM's counters, 4 requests): 1.32 [" in side["measured"] and side["shown"] is None
     # per workload, where the two differ: held-out a 33 / 20, b 15 / 10; benchmark code 1 + 65 / 200
     assert "] (a 1.65, b 1.50); benchmark" in side["measured"] and "] (code 1.32)" in side["measured"]
+    assert side["measured"].endswith("; the intervals overlap") is False  # 1.60 [1.5, 1.7] vs 1.32 [..]: apart
     held = T.heldout_interval(json.loads(man.read_text())["training"]["heldout_trained"])
     assert held.estimate == pytest.approx(1.6) and held.low >= 1.5 and held.high <= 1.7
+    old = json.loads(man.read_text())
+    del old["training"]["heldout_trained"]["per_request"]  # a record from before per-request steps: no interval
+    man.write_text(json.dumps(old))
+    side = T.drafter_rows([man], normalise(pd.DataFrame(rows)))[1]
+    assert "host-side, 3 requests): 1.60; benchmark" in side["measured"] and "overlap" not in side["measured"]

@@ -135,10 +135,10 @@ def verification_check(breakdown: pd.DataFrame) -> dict:
             "paper": "verification 42-95 % of the step (Fig. 4)", "shown": bool(shown)}
 
 
-def _iv(iv: Interval, f: str = "{:.2f}") -> str:
+def _iv(iv: Interval, unit: str = "", f: str = "{:.2f}") -> str:
     if iv.low != iv.low:
-        return f.format(iv.estimate)
-    return f"{f.format(iv.estimate)} [{f.format(iv.low)}, {f.format(iv.high)}]"
+        return f.format(iv.estimate) + unit
+    return f"{f.format(iv.estimate)}{unit} [{f.format(iv.low)}, {f.format(iv.high)}]"
 
 
 def _throughputs(ok: pd.DataFrame, config: str, b: int) -> pd.Series:
@@ -169,7 +169,7 @@ def speedup_check(points: pd.DataFrame) -> dict:
         s0, s1 = bootstrap_ratio_ci(a[0], a[1]), bootstrap_ratio_ci(a[2], a[3])
         ratio = bootstrap_function_ci(a, lambda x0, y0, x1, y1: (x1 / y1) / (x0 / y0))
         verdicts.append(True if ratio.high < 1 else False if ratio.low > 1 else NOT_RESOLVED)
-        rows.append(f"{cfg}: {_iv(s0)}x (B={int(b0)}), {_iv(s1)}x (B={int(b1)}); B={int(b1)} / B={int(b0)}: "
+        rows.append(f"{cfg}: {_iv(s0, 'x')} (B={int(b0)}), {_iv(s1, 'x')} (B={int(b1)}); B={int(b1)} / B={int(b0)}: "
                     f"{_iv(ratio)} over {len(common)} requests")
     if not rows:
         return {"check": "speedup falls with batch size", "measured": "no speedups", "paper": "", "shown": None}
@@ -256,13 +256,14 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
         held, bench = heldout_interval(t), benchmark_interval(points, method, k)
         if bench.estimate != bench.estimate:
             continue
-        apart = held.low == held.low and bench.low == bench.low and (held.low > bench.high or held.high < bench.low)
+        known = held.low == held.low and bench.low == bench.low
+        apart = known and (held.low > bench.high or held.high < bench.low)
         out.append({
             "check": f"trained {tr.get('kind')}: tokens per step on held-out prompts and in the benchmark (k = {k})",
             "measured": (f"held-out (the training's prompts, host-side, {held.n} requests): {_iv(held)}"
                          f"{_split(heldout_by_workload(t))}; benchmark (vLLM's counters, {bench.n} requests): "
                          f"{_iv(bench)}{_split(benchmark_by_workload(points, method, k))}"
-                         + ("" if apart else "; the intervals overlap")),
+                         + ("; the intervals overlap" if known and not apart else "")),
             "paper": "(not a paper finding)",
             "shown": None,
         })
