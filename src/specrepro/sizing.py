@@ -1257,7 +1257,7 @@ def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_tota
     if coverage is not None and len(coverage):
         lines += ["", "engine claims per figure: measured by this config / in the registry (headline: measured / all)"]
         for r in coverage.itertuples(index=False):
-            why = f"  dropped: {r.reason}" if not r.measured else ""
+            why = "" if r.measured else f"  dropped: {r.reason}" if r.reason else "  (no reason in run.dropped_claims)"
             lines.append(f"    {r.group:<44} {r.measured:>4} / {r.claims:<4} (headline {r.headline_measured} / "
                          f"{r.headline}){why}")
     if requests is not None and len(requests):
