@@ -32,7 +32,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from . import FigureSpec, TraceContext
