@@ -1250,8 +1250,9 @@ def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_tota
                 f"joint expectation: each sized claim is decided with probability >= {POWER:g} even at "
                 f"{100 * (SPREAD_MARGIN - 1):.0f} % more spread than estimated; at the estimated spread the {j['sized']} "
                 f"sized claims leave {j['expected_undecided']:.2f} undecided on average and are all decided with "
-                f"probability {j['p_all']:.2f} (claims taken as independent); {j['not_covered'] + j['not_sized']} more "
-                f"are undecided by construction (not covered {j['not_covered']}, not sized {j['not_sized']})")
+                f"probability {j['p_all']:.2f} (claims taken as independent); of the others, not covered "
+                f"{j['not_covered']} (never decided by this config), not sized {j['not_sized']} (measured, their "
+                f"decision not predicted)")
         if spread_note:
             lines.append(f"(per-request spread: {spread_note})")
     if coverage is not None and len(coverage):
