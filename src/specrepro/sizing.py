@@ -36,8 +36,8 @@ different model's spread: a pilot run measures that).
 **Joint expectation.** The power is per claim: each sized claim is decided with probability at least
 :data:`POWER` (at the inflated spread; :func:`decision_probability` gives it at the estimated one). Over the
 sized headline claims the expected number left undecided is the sum of ``1 - p`` and, taking the claims as
-independent, all are decided with probability ``prod p``; ``specrepro plan`` prints both, and counts the headline
-claims the config does not cover or cannot size as undecided.
+independent, all are decided with probability ``prod p``; ``specrepro plan`` prints both, beside the headline
+claims the config does not cover (never decided by it) and those it measures without sizing them.
 
 **Where the spread comes from.** From a pilot run's own results when they are given (bench Parquets of a GPU
 run; profile breakdown CSVs): the spread of exactly the quantity, at its own estimate. Otherwise from the
