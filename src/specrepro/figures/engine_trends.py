@@ -281,7 +281,7 @@ def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, 
 
 
 def to_latex(t: pd.DataFrame) -> str:
-    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.2\textwidth}l>{\raggedright\arraybackslash}p{0.42\textwidth}>{\raggedright\arraybackslash}p{0.22\textwidth}@{}}",
+    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.2\textwidth}l>{\raggedright\arraybackslash}p{0.40\textwidth}>{\raggedright\arraybackslash}p{0.22\textwidth}@{}}",
              r"\toprule", r"Finding & shown & measured here & paper \\", r"\midrule"]
     for r in t.itertuples(index=False):
         shown = r.shown if isinstance(r.shown, str) else {True: "yes", False: "no"}.get(
