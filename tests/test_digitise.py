@@ -193,6 +193,13 @@ def test_agreement_matches_figure_panel_and_key():
     assert s.loc["Fig. 10", "judged"] == 2 and s.loc["Fig. 10", "agree"] == 1 and s.loc["Fig. 10", "rate"] == 0.5
     assert s.loc["Fig. 10", "claims"] == 4 and s.loc["Fig. 10", "claims_unread"] == 1  # C: its marker is hidden
     assert s.loc["Fig. 12", "other_judged"] == 1 and s.loc["Fig. 12", "other_agree"] == 0
+    # the differences themselves, not only the verdict: |1.423 - 1.42| = 0.003 (A and A2), |1.80 - 1.86| = 0.06
+    assert s.loc["Fig. 10", "median_abs_difference"] == pytest.approx(0.0315)
+    assert s.loc["Fig. 10", "max_abs_difference"] == pytest.approx(0.06)
+    assert (s.loc["Fig. 10", "tolerance_min"], s.loc["Fig. 10", "tolerance_max"]) == (0.005, 0.005)
+    assert s.loc["Fig. 10", "max_share_of_tolerance"] == pytest.approx(12.0)
+    near = dg.nearest_tolerance(dg.agreement(readings, claims), 1)
+    assert near["claim_id"].tolist() == ["B"] and near["share_of_tolerance"].iloc[0] == pytest.approx(12.0)
 
 
 def test_claim_figure_parsing():
@@ -254,9 +261,28 @@ def test_digitiser_table(paper_readings, tmp_path):
                  "--readings", str(paper_readings), "--claims", str(REPO / "paper" / "claims.yaml"),
                  "--csv", str(tmp_path / "t.csv"), "-o", str(tmp_path / "t.tex")]) == 0
     tex = (tmp_path / "t.tex").read_text()
-    assert tex.startswith(r"\begin{tabular}") and "Fig. 10 & 160 &" in tex and "100.0\\%" in tex
+    assert tex.startswith(r"{\footnotesize") and "Fig. 10 & 160 &" in tex and "100.0\\%" in tex
     t = pd.read_csv(tmp_path / "t.csv", keep_default_na=False, na_values=[""])
     assert len(t) == len(pd.read_csv(paper_readings)) and set(t["figure"]) == {"Fig. 1", "Fig. 3", "Fig. 10", "Fig. 12"}
+    # each figure's row shows how far its judged readings lie from the registry and the tolerance they are held to
+    from specrepro.figures.digitiser_table import _num, _tol
+
+    judged = t[t["agrees"].isin([True, "True"])]
+    for fig, g in judged.groupby("figure"):
+        d, tol = g["difference"].astype(float).abs(), g["tolerance"].astype(float)
+        row = next(x for x in tex.splitlines() if x.startswith(f"{fig} & "))
+        assert f"& {_num(d.median())} / {_num(d.max())} & {_tol(tol.min(), tol.max())} &" in row, row
+    worst = judged.assign(share=judged["difference"].astype(float).abs() / judged["tolerance"].astype(float)) \
+        .sort_values("share", ascending=False).iloc[0]
+    assert f"{worst['claim_id']}" in tex and f"{float(worst['difference']):+.4f}" in tex
+    assert "Where the images come from" not in tex  # without --images
+    assert main(["figure", "tab_digitiser", "--run-config", str(tmp_path / "rc.json"), "--subject", "paper",
+                 "--readings", str(paper_readings), "--claims", str(REPO / "paper" / "claims.yaml"),
+                 "--images", str(REPO / "paper" / "figure_images.yaml"),
+                 "--csv", str(tmp_path / "t3.csv"), "-o", str(tmp_path / "t3.tex")]) == 0
+    tex3 = (tmp_path / "t3.tex").read_text()
+    assert "Where the images come from" in tex3 and r"\texttt{599a1b7885940506}" in tex3
+    assert "GPL Ghostscript 9.55.0" in tex3
     # a wrong registry value is listed as a disagreement
     claims = (REPO / "paper" / "claims.yaml").read_text().replace("  value: 2.73\n", "  value: 2.83\n", 1)
     (tmp_path / "claims.yaml").write_text(claims)
@@ -266,3 +292,53 @@ def test_digitiser_table(paper_readings, tmp_path):
     tex2 = (tmp_path / "t2.tex").read_text()
     assert "Disagreements" in tex2 and "2.830" in tex2
     assert not math.isnan(pd.read_csv(tmp_path / "t2.csv")["difference"].abs().max())
+
+
+# --- where the images come from (issue 15, item 11) ----------------------------------------------------------
+
+
+def test_every_config_image_has_a_recorded_origin():
+    """paper/figure_images.yaml records every image a config reads, with the config's SHA-256, and says what is not
+    known as 'unknown' (arXiv version, page) together with how to obtain and check an image."""
+    import yaml
+
+    images = dg.load_image_origins(REPO / "paper" / "figure_images.yaml")
+    for name in ("paper.yaml", "paper-quick.yaml", "cpu.yaml"):
+        cfg = yaml.safe_load((REPO / "config" / name).read_text())
+        files = (cfg.get("paper_figures") or {}).get("files") or {}
+        for f, sha in files.items():
+            assert images[f]["sha256"] == sha, (name, f)
+    for f, rec in images.items():
+        assert rec["arxiv_version"] == "unknown" and rec["page"] == "unknown"  # not recorded anywhere: not invented
+        assert rec["dpi"] == 300 and rec["pixels"][0] == 2042
+    text = (REPO / "paper" / "figure_images.yaml").read_text()
+    assert "https://arxiv.org/abs/2601.11580" in text and "-r300" in text and "paper_figures.files" in text
+
+
+def test_recorded_image_facts_are_the_files(tmp_path):
+    """SHA-256, pixel size, dpi and the writing program recorded per image are what each file says about itself."""
+    images = dg.load_image_origins(REPO / "paper" / "figure_images.yaml")
+    if not all((PAPER_FIGURES / f).exists() for f in images):
+        pytest.skip(f"the paper's figure images are not in {PAPER_FIGURES}")
+    for f, rec in images.items():
+        got = dg.image_facts(PAPER_FIGURES / f)
+        assert got == {k: rec[k] for k in ("sha256", "pixels", "dpi", "software")}, f
+        assert (rec["software"] is None) == ("unknown" in rec["rasterised"]), f
+    # the reader itself, on an image written here: 2 x 3 px at 150 dpi, a Software chunk
+    from PIL import Image
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("Software", "test writer 1.0")
+    Image.new("RGB", (2, 3)).save(tmp_path / "x.png", dpi=(150, 150), pnginfo=info)
+    got = dg.image_facts(tmp_path / "x.png")
+    assert (got["pixels"], got["dpi"], got["software"]) == ([2, 3], 150, "test writer 1.0")
+    assert got["sha256"] == hashlib.sha256((tmp_path / "x.png").read_bytes()).hexdigest()
+
+
+def test_an_origin_record_without_its_fields_is_one_line(tmp_path):
+    from specrepro.io import SpecReproError
+
+    (tmp_path / "o.yaml").write_text("images:\n  paper-fig1.png: {figure: 'Fig. 1', sha256: abc}\n")
+    with pytest.raises(SpecReproError, match="lacks pixels, dpi, software, arxiv_version, page, rasterised"):
+        dg.load_image_origins(tmp_path / "o.yaml")

@@ -183,3 +183,17 @@ def test_training_lowers_the_loss(tiny, kind):
     loss = rec["epoch_loss"]
     assert len(loss) == 3 and loss[0] > loss[1] > loss[2], loss
     assert rec["train_sequences"] == 3 and rec["train_positions"] == 3 * 19
+
+
+def test_heldout_acceptance_records_each_request(tiny, tmp_path):
+    """The held-out record keeps each request's steps and tokens (the unit of tab_trends' interval over requests);
+    pooled they give mean_step_length."""
+    target, df, states = tiny
+    module, _, _ = D.eagle_init(str(target))
+    D.write_eagle(tmp_path / "head", module.state_dict(), str(target))
+    rec = D.heldout_acceptance("eagle", tmp_path / "head", str(target), df, states)
+    per = rec["per_request"]
+    assert len(per) == rec["requests"] == 1  # one held-out row
+    assert sum(r["tokens"] for r in per) / sum(r["steps"] for r in per) == pytest.approx(rec["mean_step_length"])
+    # 12 output tokens, the first from the prefill: the walk covers the other 11 (its last step may overrun)
+    assert 11 <= per[0]["tokens"] <= 11 + D.EVAL_K

@@ -534,3 +534,72 @@ def test_fig09_engine_bars_are_the_csv(monkeypatch, tmp_path):
     xpos = [r.bucket - 0.4 + 0.4 * ([1, 4].index(r.batch_size) + 0.5) for r in t.itertuples()]
     expected = fr.table_intervals(t, xpos, "rel_pct")
     fr.assert_intervals(ax, expected, all_drawn=True)
+
+
+# --- Fig. 2: tree vs chain -----------------------------------------------------------------------------------
+
+
+def test_fig02_lines_bars_and_rings_are_the_tree_table(monkeypatch, tmp_path):
+    """Every line of every panel is the table's speedup / accepted length / acceptance rate of one (experiment,
+    configuration) against B, in its shape's colour and its engine's line style; the whiskers are the table's
+    intervals; speedup panels mark 1; the paper's values are rings at their keys (GPU run)."""
+    from specrepro.figures import engine_tree as T
+    from test_tree import TREE21, _points
+
+    exps = [
+        {"name": "tree-q-sglang", "model": "qwen3-8b", "engine": "sglang", "datasets": ["gsm8k"], "batch_sizes": [1, 64],
+         "methods": [{"method": "none"}, {"method": "eagle3", "k": [3]}, {"method": "eagle3", "k": [21], "tree": TREE21}]},
+        {"name": "tree-q-vllm", "model": "qwen3-8b", "datasets": ["gsm8k"], "batch_sizes": [1, 64],
+         "methods": [{"method": "none"}, {"method": "eagle3", "k": [21], "tree": TREE21}]},
+    ]
+    rc = tmp_path / "rc.json"
+    write_json(rc, {"run": {"name": "t", "kind": "gpu"}, "experiments": exps, "figures": {},
+                    "datasets": {"gsm8k": {"label": "GSM8K"}}, "models": {"qwen3-8b": {"label": "Qwen3-8B"}}})
+    rows = []
+    for b, scale in ((1, 1.0), (64, 3.0)):
+        rows += _points("tree-q-sglang", "none", "none", None, b, [10 * scale, 20 * scale, 30 * scale, 12 * scale],
+                        [0] * 4, [0] * 4)
+        rows += _points("tree-q-sglang", "eagle3-k3", "eagle3", 3, b, [16 * scale, 29 * scale, 44 * scale, 20 * scale],
+                        [4, 5, 4, 6], [4, 8, 1, 6])
+        rows += _points("tree-q-sglang", "eagle3-k21-tree-d3b4", "eagle3", 21, b, [6 * scale, 9 * scale, 17 * scale,
+                                                                                  7 * scale], [2, 3, 2, 2], [2, 5, 1, 2])
+        rows += _points("tree-q-vllm", "none", "none", None, b, [10, 11, 9, 10], [0] * 4, [0] * 4, version="0.10.1.1")
+        rows += _points("tree-q-vllm", "eagle3-k21-tree-d3b4", "eagle3", 21, b, [8, 9, 7, 8], [5, 4, 5, 6],
+                        [1, 2, 1, 3], version="0.10.1.1")
+    paths = []
+    for exp in ("tree-q-sglang", "tree-q-vllm"):
+        p = tmp_path / f"{exp}.parquet"
+        pd.DataFrame([r for r in rows if r["exp"] == exp]).to_parquet(p)
+        paths.append(p)
+    claims = tmp_path / "claims.yaml"
+    claims.write_text(
+        "claims:\n- {id: X, group: g, statement: s, value: 0.56, unit: x, source: 'Fig. 2', tolerance: {rel: 0.1},\n"
+        "   evidence: engine, measured_by: tree.tree-q-sglang.gsm8k.eagle3-k21-tree-d3b4.speedup.b64}\n"
+        "- {id: Y, group: g, statement: s, value: 2.25, unit: tokens, source: 'Fig. 2', tolerance: {rel: 0.1},\n"
+        "   evidence: engine, measured_by: tree.tree-q-sglang.gsm8k.eagle3-k3.accepted_length.b1}\n")
+    csv = tmp_path / "f2.csv"
+    fig = build(monkeypatch, "figure", "fig02_tree", "--run-config", rc, "--subject", "engine", "--points", *paths,
+                "--csv", csv, "--claims", claims, "-o", tmp_path / "f2.pdf")
+    t = pd.read_csv(csv)
+    sd = t[t["method"] != "none"]
+    axes = fr.visible_axes(fig)
+    assert len(axes) == 3  # one model x dataset row, three quantities
+    shapes = list(dict.fromkeys(sd.sort_values("k")["shape"]))
+    colour = {s: to_hex(T.SHAPE_COLORS[i]) for i, s in enumerate(shapes)}
+    rings = {"speedup": [[64.0, 0.56]], "accepted_length": [[1.0, 2.25]], "acceptance_rate": []}
+    for ax, q in zip(axes, ("speedup", "accepted_length", "acceptance_rate")):
+        drawn = {(s.color, s.linestyle): pairs(s) for s in fr.lines(ax)}
+        want = {}
+        for (exp, cfg), g in sd.groupby(["exp", "config"]):
+            engine = g["engine"].iloc[0]
+            want[(colour[g["shape"].iloc[0]], T.ENGINE_STYLE[engine][0])] = dict(zip(g["batch_size"], g[q]))
+        assert drawn.keys() == want.keys()
+        for key, got in drawn.items():
+            assert got == pytest.approx(want[key]), (q, key)
+        fr.assert_intervals(ax, fr.table_intervals(sd, "batch_size", q), all_drawn=True)
+        assert fr.hlines(ax) == ([1.0] if q == "speedup" else [])
+        assert [p.tolist() for p, _, _ in fr.scatter(ax)] == ([rings[q]] if rings[q] else [])
+    # by hand: SGLang chain at B = 1: mean 27.25 over mean 18 tokens/s; accepted length 1 + 19 / 19 drafts
+    chain = t[(t["config"] == "eagle3-k3") & (t["batch_size"] == 1)].iloc[0]
+    assert chain["speedup"] == pytest.approx(27.25 / 18) and chain["accepted_length"] == pytest.approx(2.0)
+    assert (chain["speedup_ci_low"] < chain["speedup"] < chain["speedup_ci_high"])

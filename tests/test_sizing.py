@@ -38,11 +38,13 @@ NAMED = [
     "O3-qwen3-8b-thinking-aime-eagle3-above-ngram-b1", "O3-qwen3-8b-thinking-gpqa-eagle3-above-ngram-b1",
     "F1-qwen3-8b-cnn-draft_model-k3-b128", "F1-qwen3-8b-sharegpt-draft_model-k3-b128",
     "F1-text-sharegpt-l31-drop", "F1-text-sharegpt-l70-drop",
-    "F1-text-draft-fwd-70b", "F1-text-draft-fwd-8b", "F4-derived-draft-fwd-70b",
+    "F1-text-draft-fwd-8b", "F4-derived-draft-fwd-70b",
     "F4-llama3.1-8b-eagle-k3-drafting-b1", "F4-llama3.1-8b-eagle-k3-drafting-b512", "F4-qwen3-8b-draft_model-k3-drafting-b1",
 ]
-#: headline engine claims the quick config leaves to the full grid (listed in its header and docs/ARTIFACT.md)
-NOT_COVERED = {"F7-ic-eagle-p50", "F9-ngram-k3-bleu0.0-0.2-b1", "F9-ngram-k3-bleu0.8-1.0-b1", "F9-ngram-k5-bleu0.8-1.0-b1"}
+#: headline engine claims the quick config leaves to the full grid (listed by `specrepro plan` with the config's reason)
+NOT_COVERED = {"F7-ic-eagle-p50", "F9-ngram-k3-bleu0.0-0.2-b1", "F9-ngram-k3-bleu0.8-1.0-b1", "F9-ngram-k5-bleu0.8-1.0-b1",
+               "F2-qwen3-8b-tree-k21-b1", "F2-qwen3-8b-tree-k21-b128-below-one", "F2-llama3-70b-tree-k21-b128-below-one",
+               "F2-qwen3-8b-tree-k21-accepted-length"}
 NOT_SIZED = {"F4-sampling-max"}
 
 
@@ -193,6 +195,11 @@ def test_quick_config_decides_every_named_headline_claim(proxy):
         assert r["decided"] and r["expected_half_width"] <= r["target_half_width"] + 1e-12, cid
         assert r["target_half_width"] < r["decisive_half_width"], cid  # narrower than what decides the claim
         assert r["requests"] >= r["requests_needed"], cid
+        # sized with the stated margin: decided at 10 % more spread than the traces give, so with slack at theirs
+        at_estimate = sizing.expected_half_width(max(r["spread"], 0 if r["spread_b"] != r["spread_b"] else r["spread_b"]),
+                                                 r["requests"])
+        assert at_estimate * sizing.SPREAD_MARGIN <= r["target_half_width"] + 1e-12, cid
+        assert r["p_decided"] >= sizing.POWER, cid
     assert t.loc["M-qwen3-draft-kv", "status"] == sizing.EXACT
     assert set(t.index[t["status"] == sizing.NOT_COVERED]) == NOT_COVERED
     assert set(t.index[t["status"] == sizing.NOT_SIZED]) == NOT_SIZED
@@ -256,7 +263,8 @@ def test_a_pilot_runs_spread_replaces_the_traces(tmp_path, proxy):
     # 1.6 against the band 1.73 +- 0.173 = [1.557, 1.903]: decisive 0.043, margin 0.544
     d = 1.6 - 1.73 * 0.9
     assert r["decisive_half_width"] == pytest.approx(d)
-    assert r["requests_needed"] == math.ceil((sizing.Z * r["spread"] / (sizing.margin("value") * d)) ** 2)
+    s = sizing.SPREAD_MARGIN * r["spread"]  # sized for 10 % more spread than measured
+    assert r["requests_needed"] == math.ceil((sizing.Z * s / (sizing.margin("value") * d)) ** 2)
     # a quantity the pilot lacks keeps the traces' spread
     r2 = sizing.size_claim(by["F1-llama3.1-8b-gsm8k-eagle-k3-b128"], cfg, proxy, pilot)
     assert r2["source"].startswith("released traces")
@@ -345,8 +353,9 @@ def test_plan_prints_jobs_claims_and_both_totals(proxy):
     assert re.match(r"experiment\s+job\s+config\s+GPUs\s+points\s+est\. GPU-h$", out[0])
     assert re.match(r"llama3\.1-8b\s+bench\s+eagle-k3\s+1\s+\d+\s+\d+\.\d\d$", next(x for x in out if "eagle-k3 " in x))
     line = next(x for x in out if x.strip().startswith("F1-llama3.1-8b-gsm8k-eagle-k3-b1 "))
-    assert re.search(r"n=\s*20\s+expected \+-0\.0\d+\s+needs <= \+-0\.09\d+ \(decides at \+-0\.173\)\s+decided$", line)
-    assert any(x.strip().startswith("F9-ngram-k3-bleu0.8-1.0-b1") and "not covered" in x for x in out)
+    assert re.search(r"n=\s*20\s+expected \+-0\.0\d+\s+needs <= \+-0\.09\d+ \(decides at \+-0\.173\)\s+decided\s+p=0\.9\d+$", line)
+    assert out[out.index(line) + 1].strip() == ("spread from: llama3.1-8b gsm8k EAGLE head trace for llama3.1-8b gsm8k "
+                                                "eagle-k3: same model, method and dataset")
     totals = {m.group(1): float(m.group(2)) for x in out if (m := re.match(r"(GPU-hours, [^\d]+?)\s+([\d.]+)$", x))}
     quick = totals["GPU-hours, this config"]
     full = totals["GPU-hours, full grid (config/paper.yaml)"]
@@ -354,8 +363,27 @@ def test_plan_prints_jobs_claims_and_both_totals(proxy):
     assert ratio == pytest.approx(100 * quick / full, abs=0.01) and ratio <= 2.0
     assert quick == pytest.approx(plan_jobs(sizing.load_config(QUICK))["est_gpu_hours"].sum(), abs=0.01)
     # requests per experiment, job and dataset: what the sized claims need / what the config gives
-    assert re.search(r"^\s+qwen3-8b\s+bench\s+sharegpt\s+24 / 64$", "\n".join(out), flags=re.MULTILINE)
-    assert re.search(r"^\s+qwen3-8b-thinking\s+bench\s+gpqa\s+184 / 184$", "\n".join(out), flags=re.MULTILINE)
+    assert re.search(r"^\s+qwen3-8b\s+bench\s+sharegpt\s+29 / 77$", "\n".join(out), flags=re.MULTILINE)
+    assert re.search(r"^\s+qwen3-8b-thinking\s+bench\s+gpqa\s+222 / 222$", "\n".join(out), flags=re.MULTILINE)
+    # every dropped headline claim with the config's reason, and the joint expectation over the sized ones
+    cfg = sizing.load_config(QUICK)
+    t = sizing.size_claims(load_claims(CLAIMS), cfg, proxy)
+    reasons = cfg["run"]["dropped_claims"]
+    start = next(i for i, x in enumerate(out) if x.startswith("dropped by this config (8;"))
+    listed = {x.split()[0]: x for x in out[start + 1:start + 9]}
+    assert set(listed) == NOT_COVERED
+    for cid, line in listed.items():
+        assert f"dropped: {reasons[t.set_index('id').loc[cid, 'group']]}" in line
+    j = sizing.joint_expectation(t)
+    sized = t[t["status"] == sizing.SIZED]
+    assert j["expected_undecided"] == pytest.approx((1 - sized["p_decided"]).sum()) and j["sized"] == 24
+    assert 0 < j["expected_undecided"] < 24 * (1 - sizing.POWER)  # the margin leaves fewer than 2.4 undecided
+    joint = next(x for x in out if x.startswith("joint expectation:"))
+    assert f"the 24 sized claims leave {j['expected_undecided']:.2f} undecided on average" in joint
+    assert f"all decided with probability {j['p_all']:.2f}" in joint and "not covered 8 (" in joint
+    assert "not sized 1 (" in joint
+    fig2 = next(x for x in out if x.strip().startswith("Fig. 2: tree vs chain (SGLang)"))
+    assert re.search(r"\s0 / 30\s+\(headline 0 / 4\)\s+dropped: the tree study", fig2)
 
 
 def test_plan_refuses_a_trace_that_is_not_the_released_one(tmp_path):
@@ -409,5 +437,75 @@ def test_quick_config_dag_resolves(tmp_path):
     cfg = sizing.load_config(QUICK)
     bench = plan_jobs(cfg)
     assert int(jobs["engine_bench"]) == (bench["job"] == "bench").sum() == 15
-    assert int(jobs["engine_profile"]) == (bench["job"] == "profile").sum() == 7
+    assert int(jobs["engine_profile"]) == (bench["job"] == "profile").sum() == 6  # no Llama-3-70B no-SD profile
     assert int(jobs["sizing_study"]) == int(jobs["tab_sizing_validation"]) == 1
+
+
+# --- what a plan says about the claims it leaves out, the joint expectation and the proxies (issue 15, item 10) ---
+
+
+def test_every_headline_claim_the_quick_config_drops_has_its_reason(proxy):
+    """Each headline engine claim the quick config does not measure, and each figure it measures nothing of, carries
+    the config's reason (run.dropped_claims); the tree study's GPU-hours in that reason are the full plan's."""
+    cfg = sizing.load_config(QUICK)
+    claims = load_claims(CLAIMS)
+    t = sizing.size_claims(claims, cfg, None).set_index("id")
+    for cid in t.index[t["status"] == sizing.NOT_COVERED]:
+        assert t.loc[cid, "note"].startswith("dropped: ") and sizing.dropped_reason(cfg, cid, t.loc[cid, "group"]), cid
+    cov = sizing.coverage_by_group(claims, cfg).set_index("group")
+    assert (cov.loc[cov["measured"] == 0, "reason"] != "").all()
+    assert cov.loc["Fig. 2: tree vs chain (SGLang)", "claims"] == 30 and cov.loc["Fig. 2: tree vs chain (SGLang)", "measured"] == 0
+    full = plan_jobs(sizing.load_config(PAPER))
+    tree = full.loc[full["exp"].str.startswith("tree-"), "est_gpu_hours"].sum()
+    assert f"costs {tree:.1f} GPU-hours in the full grid" in cfg["run"]["dropped_claims"]["Fig. 2: tree vs chain (SGLang)"]
+    # the full grid measures Fig. 2 (not sized: no trace has tree verification)
+    tf = sizing.size_claims(claims, sizing.load_config(PAPER), None).set_index("id")
+    assert tf.loc["F2-qwen3-8b-tree-k21-b128-below-one", "status"] == sizing.NOT_SIZED
+    assert tf.loc["F2-qwen3-8b-tree-k21-b128-below-one", "jobs"] == "tree-qwen3-8b-sglang/bench/eagle3-k21-tree-d3b4"
+
+
+@pytest.mark.parametrize("kind, value, value_b", [("value", 1.5, None), ("below-one", 0.9, None), ("ordering", 1.6, 1.4)])
+def test_decision_probability_at_the_sized_width_is_the_power(kind, value, value_b):
+    """At the requests where the expected half-width equals the margin's share of the decisive width, the
+    probability of a decision is POWER (value claims: a two-sided band; orderings: two intervals)."""
+    c = claim(kind, value, 0.1, value_b)
+    d = {"value": 0.1, "below-one": 1 - value, "ordering": (value - (value_b or 0)) / 2}[kind]
+    s, n = 0.5, 400
+    # choose the spread's scale so that Z s / sqrt(n) = m d exactly
+    s = sizing.margin(kind) * d * math.sqrt(n) / sizing.Z
+    p = sizing.decision_probability(c, value, s, n, value_b, s if kind == "ordering" else None)
+    assert p == pytest.approx(sizing.POWER, abs=2e-3)
+    assert sizing.decision_probability(c, value, s, 4 * n, value_b, s if kind == "ordering" else None) > 0.99
+    # on the band's edge half the runs are undecided
+    edge = {"value": 1.6, "below-one": 1.0, "ordering": value_b}[kind]
+    assert sizing.decision_probability(c, edge, s, n, value_b, s if kind == "ordering" else None) < 0.6
+
+
+def test_each_sized_claim_names_the_trace_that_stood_in(proxy):
+    """The spread of the Qwen3-8B, Llama-3-70B and GLM-4.5-Air claims comes from Llama-3.1-8B's traces: the plan says
+    so per claim (other model, other drafter, other dataset)."""
+    t = sizing.size_claims(load_claims(CLAIMS), sizing.load_config(QUICK), proxy).set_index("id")
+    sized = t[t["status"] == sizing.SIZED]
+    assert (sized["proxy"] != "").all()
+    assert t.loc["F3-glm-aime-mtp-b1", "proxy"] == (
+        "llama3.1-8b gsm8k EAGLE head trace for glm-4.5-air aime mtp-k3: other model (llama3.1-8b for glm-4.5-air), "
+        "other drafter (the trace's EAGLE head for MTP), other dataset (gsm8k for aime)")
+    assert "other model (llama3.1-8b for llama3-70b)" in t.loc["O1-llama3-70b-sharegpt-draft-above-eagle-b1", "proxy"]
+    assert t.loc["F1-qwen3-8b-cnn-draft_model-k3-b128", "proxy"].startswith("llama3.1-8b cnn EAGLE head trace for qwen3-8b")
+    other = sized["proxy"].str.contains("other model")
+    assert set(sized.index[~other]) == {c for c in sized.index if "llama3.1-8b" in t.loc[c, "quantities"]}
+
+
+def test_profiled_passes_take_their_experiments_requests():
+    """experiments[].profile_num_requests sizes one experiment's profiled passes (default profiling.num_requests):
+    the jobs' specs and the plan's points follow it."""
+    from specrepro.engine.jobs import bench_spec
+
+    cfg = sizing.load_config(QUICK)
+    assert bench_spec(cfg, "llama3.1-8b", "eagle-k3", profile=True)["num_requests"] == 213
+    assert bench_spec(cfg, "llama3-70b", "ngram-k3", profile=True)["num_requests"] == 24
+    assert bench_spec(cfg, "llama3-70b", "ngram-k3")["num_requests"] == 103
+    plan = plan_jobs(cfg).set_index(["exp", "job", "config"])
+    assert plan.loc[("qwen3-8b", "profile", "draft_model-k3"), "points"] == 120 * 2  # B = 1 and 512
+    full = sizing.load_config(PAPER)
+    assert bench_spec(full, "llama3-70b", "ngram-k3", profile=True)["num_requests"] == 500

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from specrepro.engine.metrics import normalise
 from specrepro.figures import engine_trends as T
@@ -38,11 +39,14 @@ def test_trends_shown_with_their_numbers():
     bd = pd.DataFrame([{"exp": "x", "config": "eagle-k3", "batch_size": 1, "drafting_share": 0.2,
                         "verification_share": 0.7, "sampling_share": 0.02, "overhead_share": 0.08}])
     t = T.trend_table(pts, bd, TEMPLATES, PAPER).set_index("check")
-    assert t["shown"].tolist() == [True, True, True, True]
+    assert t["shown"].tolist() == [True, True, True]
     assert t.loc["n-gram ranks the workloads as the paper's data do", "measured"].startswith("code 2.50; news 1.80; chat 1.30")
-    assert "ngram-k3: 1.40x (B=1), 1.10x (B=8)" in t.loc["speedup falls with batch size", "measured"]
-    assert "eagle-k3: 0.60 0.40 0.30" in t.loc["acceptance falls with draft position", "measured"]
+    # every workload's request at the same speedup: the intervals are the points
+    assert ("ngram-k3: 1.40x [1.40, 1.40] (B=1), 1.10x [1.10, 1.10] (B=8); B=8 / B=1: 0.79 [0.79, 0.79] over 4 requests"
+            in t.loc["speedup falls with batch size", "measured"])
     assert "eagle-k3 B=1 70 %" in t.loc["verification dominates the step", "measured"]
+    # per-position acceptance falls by construction of chain verification: not a finding
+    assert "acceptance falls with draft position" not in t.index
 
 
 def test_trends_not_shown():
@@ -51,7 +55,7 @@ def test_trends_not_shown():
     pts = _points(ngram, speed, [0.4, 0.5, 0.3])
     bd = pd.DataFrame([{"exp": "x", "config": "eagle-k3", "batch_size": 1, "drafting_share": 0.5,
                         "verification_share": 0.4, "sampling_share": 0.02, "overhead_share": 0.08}])
-    assert T.trend_table(pts, bd, TEMPLATES, PAPER)["shown"].tolist() == [False, False, False, False]
+    assert T.trend_table(pts, bd, TEMPLATES, PAPER)["shown"].tolist() == [False, False, False]
 
 
 def test_paper_ranking_from_acceptance_metrics_and_drafter_records(tmp_path):
@@ -84,3 +88,69 @@ def test_verification_share_pools_the_profiled_requests():
     r = T.verification_check(bd)
     # pooled: verification 1.8 s of 4 s (45 %), drafting 2.0 s (50 %): not the largest phase
     assert r["measured"] == "eagle-k3 B=1 45 %" and r["shown"] is False
+
+
+def test_speedup_falls_only_where_its_interval_says_so():
+    """Two configurations over 8 requests: one whose every request is slower at B=8 (its ratio's interval lies below
+    1), one whose requests split (faster and slower at B=8): its pooled speedup still falls, 1.5 -> 1.35, but the
+    ratio's interval holds 1, so the finding is not resolved."""
+    rows = []
+    for i in range(8):
+        base = dict(exp="x", model="m", dataset="code", request_index=i, status="ok", wall_s=1.0, output_tokens=10,
+                    acceptance_length=None, num_drafts=None, num_draft_tokens=None, num_accepted_tokens=None,
+                    accepted_per_pos=None)
+        for b in (1, 8):
+            rows.append({**base, "batch_size": b, "method": "none", "k": None, "config": "none", "throughput": 10.0})
+            rows.append({**base, "batch_size": b, "method": "ngram", "k": 3, "config": "ngram-k3",
+                         "throughput": 10.0 * (1.5 if b == 1 else 1.2 + 0.01 * i)})
+            mixed = 1.5 if b == 1 else (1.0 if i % 2 else 1.7)
+            rows.append({**base, "batch_size": b, "method": "eagle", "k": 3, "config": "eagle-k3", "throughput": 10 * mixed})
+    pts = normalise(pd.DataFrame(rows))
+    r = T.speedup_check(pts)
+    assert r["shown"] == T.NOT_RESOLVED
+    assert "ngram-k3: 1.50x [1.50, 1.50] (B=1), 1.23x [" in r["measured"]  # mean of 1.20 .. 1.27: 1.235 - float error
+    assert "eagle-k3: 1.50x [1.50, 1.50] (B=1), 1.35x [" in r["measured"]
+    # the ratio's interval for the mixed one holds 1; the other lies below it
+    ng, ea = (part for part in r["measured"].split("; ") if "over 8 requests" in part)
+    lo, hi = (float(x) for x in ng.split("B=8 / B=1: ")[1].split("[")[1].split("]")[0].split(", "))
+    assert hi < 1
+    lo, hi = (float(x) for x in ea.split("B=8 / B=1: ")[1].split("[")[1].split("]")[0].split(", "))
+    assert lo < 1 < hi
+    tex = T.to_latex(pd.DataFrame([{"exp": "x", **r}], columns=["exp", "check", "shown", "measured", "paper"]))
+    assert "& not resolved &" in tex
+
+
+def test_heldout_and_benchmark_acceptance_side_by_side(tmp_path):
+    """The trained drafter's tokens per step on its held-out prompts (from the training record's per-request steps)
+    beside vLLM's counters in the benchmark, each with its interval over requests."""
+    man = tmp_path / "manifest.json"
+    per = [{"workload": "a", "steps": 10, "tokens": 16}, {"workload": "a", "steps": 10, "tokens": 17},
+           {"workload": "b", "steps": 10, "tokens": 15}]
+    man.write_text(json.dumps({"training": {
+        "kind": "eagle", "train_s": 50, "epochs": 2,
+        "heldout_untrained": {"k": 3, "mean_acceptance_length": 1.01, "positions": 90, "requests": 3},
+        "heldout_trained": {"k": 3, "mean_acceptance_length": 1.7, "mean_step_length": 1.6, "positions": 90,
+                            "requests": 3, "per_request": per}}}))
+    rows = []
+    for i, (acc, drafts) in enumerate(((3, 10), (4, 10), (3, 10), (3, 10))):
+        for b in (1, 4):
+            rows.append(dict(exp="x", model="m", dataset="code", request_index=i, batch_size=b, status="ok", wall_s=1.0,
+                             output_tokens=10, method="eagle", k=3, config="eagle-k3", throughput=10.0,
+                             acceptance_length=None, num_drafts=drafts * b, num_draft_tokens=3 * drafts * b,
+                             num_accepted_tokens=acc * b, accepted_per_pos=None))
+    rows_ = T.drafter_rows([man], normalise(pd.DataFrame(rows)))
+    assert len(rows_) == 2
+    side = rows_[1]
+    # held-out: 48 tokens / 30 steps = 1.60; benchmark: 1 + (13 * 5) / (40 * 5) = 1.325
+    assert side["measured"].startswith("held-out (the training's prompts, host-side, 3 requests): 1.60 [")
+    assert "benchmark (vLLM's counters, 4 requests): 1.32 [" in side["measured"] and side["shown"] is None
+    # per workload, where the two differ: held-out a 33 / 20, b 15 / 10; benchmark code 1 + 65 / 200
+    assert "] (a 1.65, b 1.50); benchmark" in side["measured"] and "] (code 1.32)" in side["measured"]
+    assert side["measured"].endswith("; the intervals overlap") is False  # 1.60 [1.5, 1.7] vs 1.32 [..]: apart
+    held = T.heldout_interval(json.loads(man.read_text())["training"]["heldout_trained"])
+    assert held.estimate == pytest.approx(1.6) and held.low >= 1.5 and held.high <= 1.7
+    old = json.loads(man.read_text())
+    del old["training"]["heldout_trained"]["per_request"]  # a record from before per-request steps: no interval
+    man.write_text(json.dumps(old))
+    side = T.drafter_rows([man], normalise(pd.DataFrame(rows)))[1]
+    assert "host-side, 3 requests): 1.60; benchmark" in side["measured"] and "overlap" not in side["measured"]

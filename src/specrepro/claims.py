@@ -19,6 +19,14 @@ artifact). A CPU run never decides an ``engine`` claim: its tiny models say noth
 
 ``headline: true`` marks the claims the report's summary of a figure shows (the rest are in its appendix).
 
+**Bands from rounding and spread** (``tolerance_from``: ``resolution``, ``spread``, ``requests``; Fig. 4's time
+shares): the paper's value ``v`` is its measurement rounded to ``resolution`` r (half its last printed digit),
+and that measurement, a mean over ``requests`` n with per-request spread ``spread`` s, carries the standard error
+``s / sqrt(n)``. A rerun of the same size (same spread, same n) has its 95 % interval inside ``v +- tol`` with
+probability at least :data:`BAND_POWER` when ``tol = r + (Z + z_0.95 sqrt 2) s / sqrt(n)`` (Z its own interval's
+half-width; z_0.95 sqrt 2 the 90 % two-sided spread of the difference of two such means; r the rounding at
+worst), rounded up to 0.01 (:func:`band_from_spread`). The loader checks that ``tolerance`` is that value.
+
 **Statuses.** Each measured quantity comes with a 95 % bootstrap interval over requests [low, high]
 (:mod:`specrepro.uncertainty`; metric keys ``<key>.ci_low``, ``<key>.ci_high``, ``<key>.n``). The status
 compares the interval with the claim (:func:`status_from_interval`):
@@ -67,6 +75,20 @@ NOT_REPRODUCED = "not reproduced"
 NOT_MEASURED = "not measured in this run"
 STATUSES = (REPRODUCED, CONSISTENT, NOT_REPRODUCED, NOT_MEASURED)
 EPS = 1e-12  # rounding slack at band edges
+#: a rerun of the paper's own size passes a band of :func:`band_from_spread` with at least this probability
+BAND_POWER = 0.9
+
+
+def band_from_spread(resolution: float, spread: float, requests: int, power: float = BAND_POWER) -> float:
+    """Half-width of a value claim's band from the paper's rounding ``resolution``, the per-request ``spread`` of its
+    measurement and the ``requests`` it averaged (module docstring): ``r + (Z + z sqrt 2) s / sqrt(n)``, z the
+    two-sided ``power`` quantile, rounded up to 0.01."""
+    from statistics import NormalDist
+
+    nd = NormalDist()
+    z95, zp = nd.inv_cdf(0.975), nd.inv_cdf((1 + power) / 2)
+    tol = resolution + (z95 + zp * math.sqrt(2)) * spread / math.sqrt(requests)
+    return math.ceil(tol * 100 - 1e-9) / 100
 
 
 @dataclass(frozen=True)
@@ -86,6 +108,7 @@ class Claim:
     than: str | None = None  #: ordering: the metric key the measured one must be above
     value_b: float | None = None  #: ordering: the paper's value of ``than``
     headline: bool = False  #: shown in the report's summary of its figure
+    tolerance_from: tuple | None = None  #: (resolution, spread, requests) the band is derived from, if it is
 
     def tolerance(self, value: float | None = None) -> float:
         """Allowed absolute deviation from the paper's value (0 where the claim has no tolerance)."""
@@ -192,6 +215,13 @@ def load_claims(path: str | Path) -> list[Claim]:
             raise SpecReproError(f"{where}: 'than' is for ordering claims only")
         if not isinstance(e.get("headline", False), bool):
             raise SpecReproError(f"{where}: headline must be true or false, got {e['headline']!r}")
+        rule = e.get("tolerance_from")
+        if rule is not None:
+            if not isinstance(rule, dict) or not {"resolution", "spread", "requests"} <= set(rule):
+                raise SpecReproError(f"{where}: tolerance_from needs resolution, spread and requests")
+            want = band_from_spread(float(rule["resolution"]), float(rule["spread"]), int(rule["requests"]))
+            if set(tol) != {"abs"} or abs(tol["abs"] - want) > 1e-9:
+                raise SpecReproError(f"{where}: tolerance {tol} is not the band of its tolerance_from ({{abs: {want:g}}})")
         out.append(
             Claim(
                 id=str(e["id"]), group=str(e["group"]), statement=str(e["statement"]),
@@ -200,6 +230,8 @@ def load_claims(path: str | Path) -> list[Claim]:
                 evidence=e["evidence"], measured_by=e.get("measured_by"), note=str(e.get("note", "")), kind=kind,
                 than=e.get("than"), value_b=None if e.get("value_b") is None else float(e["value_b"]),
                 headline=bool(e.get("headline", False)),
+                tolerance_from=None if rule is None else (float(rule["resolution"]), float(rule["spread"]),
+                                                          int(rule["requests"])),
             )
         )
     return out

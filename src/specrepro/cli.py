@@ -609,7 +609,7 @@ def _plan(sub) -> None:
         from .io import write_csv
         from .plan import plan_jobs
         from .sizing import FULL_CONFIG, REPO, Pilot, format_sized_plan, load_config, released_trace_files
-        from .sizing import requests_table, size_claims, trace_proxy
+        from .sizing import coverage_by_group, requests_table, size_claims, trace_proxy
 
         cfg = load_config(a.run_config)
         table = plan_jobs(cfg, a.cost_model)
@@ -620,14 +620,15 @@ def _plan(sub) -> None:
         files = released_trace_files(cfg, a.traces)
         proxy = trace_proxy(cfg, files)
         pilot = Pilot.load(a.pilot) if a.pilot else None
-        sizing = size_claims(load_claims(a.claims or REPO / "paper" / "claims.yaml"), cfg, proxy, pilot,
-                             headline_only=not a.all_claims)
+        claims = load_claims(a.claims or REPO / "paper" / "claims.yaml")
+        sizing = size_claims(claims, cfg, proxy, pilot, headline_only=not a.all_claims)
         if a.sizing_csv:
             write_csv(a.sizing_csv, sizing)
         note = ("a pilot run where it has the quantity, else " if pilot else "") + (
             f"{proxy.label} through the simulator" if proxy else "no released traces found (give --traces)")
         name = str(full.resolve().relative_to(REPO)) if full.resolve().is_relative_to(REPO) else str(full)
-        print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg)))
+        print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg),
+                                coverage_by_group(claims, cfg)))
 
     p.set_defaults(func=run)
 

@@ -1301,15 +1301,19 @@ def agreement(readings: pd.DataFrame, claims) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=AGREEMENT_COLUMNS)
 
 
-SUMMARY_COLUMNS = ["figure", "claims", "readings", "readable", "judged", "agree", "rate", "claims_unread",
+SUMMARY_COLUMNS = ["figure", "claims", "readings", "readable", "judged", "agree", "rate", "median_abs_difference",
+                   "max_abs_difference", "tolerance_min", "tolerance_max", "max_share_of_tolerance", "claims_unread",
                    "other_judged", "other_agree"]
 
 
 def summary(agree: pd.DataFrame, claims) -> pd.DataFrame:
     """Per figure: its registry claims, readings, readable ones, those judged against a claim, how many agree.
 
-    ``rate`` = agree / judged; ``claims_unread``: the figure's claims no readable reading decides;
-    ``other_*``: readable readings compared (not judged) with another figure's claim of the same key.
+    ``rate`` = agree / judged; ``median_abs_difference`` / ``max_abs_difference``: |read - paper value| over the
+    judged readings; ``tolerance_min`` / ``_max``: the tolerances they were judged against;
+    ``max_share_of_tolerance``: the largest |read - paper value| / tolerance (above 1: a disagreement);
+    ``claims_unread``: the figure's claims no readable reading decides; ``other_*``: readable readings compared (not
+    judged) with another figure's claim of the same key.
     """
     rows = []
     for fig, g in agree.groupby("figure", sort=False):
@@ -1318,12 +1322,66 @@ def summary(agree: pd.DataFrame, claims) -> pd.DataFrame:
         read_ids = {i for ids in judged["claim_id"] for i in ids.split(";")}
         other = g[g["readable"] & (g["other_figure_claim"] != "")]
         n_ok = int((judged["agrees"] == True).sum())  # noqa: E712
+        d = judged["difference"].astype(float).abs()
+        tol = judged["tolerance"].astype(float)
+        share = d / tol.where(tol > 0)
         rows.append({"figure": fig, "claims": len(fig_claims), "readings": int(g["read"].notna().sum()),
                      "readable": int(g["readable"].sum()), "judged": len(judged), "agree": n_ok,
                      "rate": n_ok / len(judged) if len(judged) else math.nan,
+                     "median_abs_difference": float(d.median()) if len(d) else math.nan,
+                     "max_abs_difference": float(d.max()) if len(d) else math.nan,
+                     "tolerance_min": float(tol.min()) if len(tol) else math.nan,
+                     "tolerance_max": float(tol.max()) if len(tol) else math.nan,
+                     "max_share_of_tolerance": float(share.max()) if share.notna().any() else math.nan,
                      "claims_unread": len(fig_claims - read_ids), "other_judged": len(other),
                      "other_agree": int((other["other_agrees"] == True).sum())})  # noqa: E712
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def nearest_tolerance(agree: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The ``n`` judged readings closest to (or beyond) their claim's tolerance: largest |difference| / tolerance."""
+    j = agree[agree["agrees"].notna()].copy()
+    j["share_of_tolerance"] = j["difference"].astype(float).abs() / j["tolerance"].astype(float)
+    return j.sort_values(["share_of_tolerance", "figure"], ascending=[False, True], kind="stable").head(n)
+
+
+def image_facts(path: str | Path) -> dict:
+    """What a figure image says about itself: SHA-256, [width, height] in pixels, dpi (the PNG pHYs chunk, rounded)
+    and the program that wrote it (the PNG Software text chunk; None without one)."""
+    from PIL import Image
+
+    from .io import sha256_file
+
+    path = Path(path)
+    try:
+        with Image.open(path) as im:
+            dpi = im.info.get("dpi")
+            return {"sha256": sha256_file(path), "pixels": [int(im.width), int(im.height)],
+                    "dpi": int(round(dpi[0])) if dpi else None, "software": im.info.get("Software")}
+    except FileNotFoundError:
+        raise SpecReproError(f"{path}: figure image not found") from None
+
+
+#: what paper/figure_images.yaml records for every image
+IMAGE_FIELDS = ("figure", "sha256", "pixels", "dpi", "software", "arxiv_version", "page", "rasterised")
+
+
+def load_image_origins(path: str | Path) -> dict[str, dict]:
+    """The images' origin records (``paper/figure_images.yaml``: file name -> :data:`IMAGE_FIELDS`)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecReproError(f"{path}: figure image origins not found") from None
+    images = (doc or {}).get("images") if isinstance(doc, dict) else None
+    if not isinstance(images, dict):
+        raise SpecReproError(f"{path}: expected a top-level 'images:' mapping")
+    for name, rec in images.items():
+        missing = [f for f in IMAGE_FIELDS if f not in (rec or {})]
+        if missing:
+            raise SpecReproError(f"{path}: image {name} lacks {', '.join(missing)} (write 'unknown' where it is not known)")
+    return images
 
 
 def verify_images(figdir: str | Path, sha256: dict[str, str]) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .costmodel import load_cost_model
-from .engine import experiment_configs, profiled_datasets
+from .engine import experiment_configs, profiled_datasets, profiled_requests
 from .engine.args import TRACE_K, trace_label
 from .engine.jobs import trace_methods
 
@@ -77,7 +77,7 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
         for label, job in experiment_configs(exp).items():
             for kind, bs, nreq, dss in (
                 ("bench", exp["batch_sizes"], exp.get("num_requests"), job["datasets"]),
-                ("profile", prof.get("batch_sizes", []), prof.get("num_requests"), profiled_datasets(exp, job, prof)),
+                ("profile", prof.get("batch_sizes", []), profiled_requests(exp, prof), profiled_datasets(exp, job, prof)),
             ):
                 secs, points = 0.0, 0
                 for d in dss:

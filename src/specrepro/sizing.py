@@ -26,9 +26,18 @@ the truth, so the expected half-width may only take a fraction ``m`` of ``d`` (:
 * upper, lower, below-one, above-one (one side): m = Z / (Z + z_0.90)        = 0.605
 * ordering (two intervals, assumed independent): m = Z / (Z + z_0.90 / sqrt 2) = 0.684
 
-so a claim needs ``n = ceil((Z s / (m d))^2)`` requests (:func:`requests_needed`), and at least
+so a claim needs ``n = ceil((Z s' / (m d))^2)`` requests (:func:`requests_needed`), and at least
 :data:`MIN_REQUESTS` (20): the percentile bootstrap needs some requests to be calibrated (the validation study
-measures its coverage down to that size).
+measures its coverage down to that size). The spread is taken :data:`SPREAD_MARGIN` (10 %) larger than estimated,
+``s' = 1.1 s``: a standard deviation estimated from the proxy's 300 requests has a standard error of about
+``s / sqrt(2 * 299) = 4 %`` of itself, so the margin covers its own sampling error about 2.4 times over (not a
+different model's spread: a pilot run measures that).
+
+**Joint expectation.** The power is per claim: each sized claim is decided with probability at least
+:data:`POWER` (at the inflated spread; :func:`decision_probability` gives it at the estimated one). Over the
+sized headline claims the expected number left undecided is the sum of ``1 - p`` and, taking the claims as
+independent, all are decided with probability ``prod p``; ``specrepro plan`` prints both, beside the headline
+claims the config does not cover (never decided by it) and those it measures without sizing them.
 
 **Where the spread comes from.** From a pilot run's own results when they are given (bench Parquets of a GPU
 run; profile breakdown CSVs): the spread of exactly the quantity, at its own estimate. Otherwise from the
@@ -39,8 +48,13 @@ its k; EAGLE, EAGLE-3, a draft model and MTP by the learned drafter's trace with
 released trace (the reasoning sets AIME, GPQA) by :data:`PROXY_DATASETS` (GSM8K: math), a batch size by itself
 (the simulator runs any B). The proxy's *relative* spread (s / its own estimate) is carried over to ratios
 (speedups, shares, the draft-to-target forward ratio) at the claim's level; the speedup drop, a difference in
-percent, keeps its absolute spread. The proxy is a different model on other outputs: a pilot run (e.g. the
-quick run itself) replaces it, and ``specrepro plan --pilot`` then says whether more requests are needed.
+percent, keeps its absolute spread. The proxy is a different model on other outputs (column ``proxy`` names,
+per claim, the trace that stood in and what it stands in for): a pilot run (e.g. the quick run itself) replaces
+it, and ``specrepro plan --pilot`` then says whether more requests are needed.
+
+**Claims a config leaves out.** A headline claim the config does not measure is *not covered*; the reason is the
+config's ``run.dropped_claims`` entry for its id (or its figure group), and ``specrepro plan`` lists each with it,
+and every figure whose engine claims the config measures none of (:func:`coverage_by_group`).
 """
 
 from __future__ import annotations
@@ -68,6 +82,8 @@ MIN_REQUESTS = 20
 PROXY_DATASETS = {"aime": "gsm8k", "gpqa": "gsm8k"}
 #: claim kinds decided against one bound
 ONE_SIDED = ("upper", "lower", "below-one", "above-one")
+#: the spread a run is sized for, relative to the estimated one (module docstring)
+SPREAD_MARGIN = 1.1
 
 # --- the arithmetic ------------------------------------------------------------------------------
 
@@ -109,6 +125,35 @@ def requests_needed(spread: float, decisive: float, m: float, minimum: int = MIN
     if spread <= 0:
         return float(minimum)
     return float(max(minimum, math.ceil((Z * spread / (m * decisive)) ** 2 - 1e-9)))
+
+
+def decision_probability(claim: Claim, estimate: float, spread: float, n: float, estimate_b: float | None = None,
+                         spread_b: float | None = None) -> float:
+    """Probability that a run of ``n`` requests decides ``claim`` (reproduced or not reproduced) when the truth is
+    ``estimate`` (and ``estimate_b`` for an ordering) and the per-request spread is ``spread``: the estimate normal
+    around the truth with standard error ``s / sqrt(n)``, its interval +- Z of that."""
+    nd = NormalDist()
+    if not (n and n > 0 and math.isfinite(spread) and math.isfinite(estimate)):
+        return float("nan")
+    sig = spread / math.sqrt(n)
+    w = Z * sig
+
+    def cdf(x: float, sd: float) -> float:
+        return float(x >= 0) if sd <= 0 else nd.cdf(x / sd)
+
+    if claim.kind == "ordering":
+        if estimate_b is None or spread_b is None or not math.isfinite(spread_b):
+            return float("nan")
+        sig_b = spread_b / math.sqrt(n)
+        sd, wsum, gap = math.hypot(sig, sig_b), w + Z * sig_b, estimate - estimate_b
+        return 1 - cdf(wsum - gap, sd) + cdf(-wsum - gap, sd)
+    if claim.kind in ONE_SIDED:
+        lo, hi = claim.band()
+        bound = 1.0 if claim.kind in ("below-one", "above-one") else (hi if claim.kind == "upper" else lo)
+        return cdf(bound - w - estimate, sig) + 1 - cdf(bound + w - estimate, sig)
+    lo, hi = claim.band()
+    inside = max(0.0, cdf(hi - w - estimate, sig) - cdf(lo + w - estimate, sig))
+    return inside + cdf(lo - w - estimate, sig) + 1 - cdf(hi + w - estimate, sig)
 
 
 def spread_mean(x: Sequence[float]) -> float:
@@ -240,9 +285,11 @@ def job_points(cfg: Mapping[str, Any], q: Quantity) -> bool:
 def requests_in(cfg: Mapping[str, Any], q: Quantity) -> int:
     """Requests the config runs for quantity ``q``: the experiment's (or profiling's) ``num_requests``, at most the
     dataset's ``num_samples`` (as ``specrepro plan`` and the bench job count them)."""
+    from .engine import profiled_requests
+
     ds = cfg["datasets"][q.dataset]
     if q.job == "profile":
-        n = (cfg.get("profiling") or {}).get("num_requests")
+        n = profiled_requests(_exp_map(cfg)[q.exp], cfg.get("profiling") or {})
     else:
         n = _exp_map(cfg)[q.exp].get("num_requests")
     return int(min(int(n or ds["num_samples"]), int(ds["num_samples"])))
@@ -511,6 +558,16 @@ def quantity_spread(q: Quantity, level: float, proxy: TraceProxy | None, pilot: 
     return proxy_spread(q, level, proxy)
 
 
+def claim_spread(claim: Claim, claims: Sequence[Claim], cfg: Mapping[str, Any], proxy: TraceProxy) -> Spread | None:
+    """The per-request spread of an engine claim's quantity at the paper's value, from the released traces (for an
+    envelope claim, at the configuration where the paper's extreme lies): what the band of a claim with
+    ``tolerance_from`` is derived from (:func:`specrepro.claims.band_from_spread`); None where the traces do not
+    model the quantity."""
+    exps = [e["name"] for e in cfg.get("experiments", []) or []]
+    q = parse_engine_key(envelope_quantity(claim, claims) or claim.measured_by or "", exps, list(cfg.get("datasets", {})))
+    return None if q is None or claim.value is None else quantity_spread(q, claim.value, proxy, None)
+
+
 # --- sizing the claims of a config -------------------------------------------------------------------
 
 #: envelope keys (min/max over every profiled configuration) and the per-configuration quantity they range over
@@ -518,7 +575,8 @@ ENVELOPE_PREFIX = "engine.breakdown."
 
 SIZING_COLUMNS = ["id", "group", "kind", "headline", "measured_by", "than", "status", "requests", "expected",
                   "expected_b", "spread", "spread_b", "expected_half_width", "decisive_half_width", "margin",
-                  "target_half_width", "requests_needed", "decided", "quantities", "jobs", "source", "note"]
+                  "target_half_width", "requests_needed", "decided", "p_decided", "quantities", "jobs", "source",
+                  "proxy", "note"]
 
 #: sizing statuses of a claim
 SIZED, NOT_COVERED, NOT_SIZED, EXACT = "sized", "not covered", "not sized", "exact"
@@ -555,7 +613,7 @@ def size_claim(claim: Claim, cfg: Mapping[str, Any], proxy: TraceProxy | None, p
     row = {c: nan for c in SIZING_COLUMNS}
     row.update(id=claim.id, group=claim.group, kind=claim.kind, headline=claim.headline,
                measured_by=claim.measured_by or "", than=claim.than or "", status=NOT_COVERED, decided=False,
-               quantities="", jobs="", source="", note="")
+               quantities="", jobs="", source="", proxy="", note="")
     exps = [e["name"] for e in cfg.get("experiments", []) or []]
     dsets = list(cfg.get("datasets", {}))
     key = claim.measured_by or ""
@@ -574,6 +632,8 @@ def size_claim(claim: Claim, cfg: Mapping[str, Any], proxy: TraceProxy | None, p
         return row
     if key.startswith("traces.engine-"):
         return _engine_trace_row(row, key, cfg)
+    if key.startswith("tree."):
+        return _tree_row(row, key, cfg)
     env_key = envelope_quantity(claim, claims)
     if key.startswith(ENVELOPE_PREFIX):
         if env_key is None:
@@ -621,13 +681,62 @@ def size_claim(claim: Claim, cfg: Mapping[str, Any], proxy: TraceProxy | None, p
     d = decisive_half_width(claim, est[0], est[1] if claim.kind == "ordering" else None)
     inside = claim.kind != "value" or status_from_interval(claim, est[0]) == REPRODUCED
     m = margin(claim.kind, power, inside=inside)
-    needed = max(requests_needed(s.spread, d, m) for s in spreads)
-    hw = max(expected_half_width(s.spread, n) for s in spreads)
+    needed = max(requests_needed(SPREAD_MARGIN * s.spread, d, m) for s in spreads)
+    hw = max(expected_half_width(SPREAD_MARGIN * s.spread, n) for s in spreads)
+    b = spreads[1] if len(spreads) > 1 else None
+    p = decision_probability(claim, est[0], spreads[0].spread, n, b.estimate if b else None, b.spread if b else None)
     row.update(status=SIZED, expected=est[0], expected_b=est[1] if len(est) > 1 else nan, spread=spreads[0].spread,
                spread_b=spreads[1].spread if len(spreads) > 1 else nan, expected_half_width=hw,
                decisive_half_width=d, margin=m, target_half_width=m * d, requests_needed=needed,
-               decided=bool(hw <= m * d + 1e-12 and n >= MIN_REQUESTS),
-               source="; ".join(dict.fromkeys(s.source for s in spreads)))
+               decided=bool(hw <= m * d + 1e-12 and n >= MIN_REQUESTS), p_decided=p,
+               source="; ".join(dict.fromkeys(s.source for s in spreads)),
+               proxy="; ".join(dict.fromkeys(proxy_text(q, s, cfg) for q, s in zip(qs, spreads))))
+    return row
+
+
+def proxy_text(q: Quantity, sp: Spread, cfg: Mapping[str, Any]) -> str:
+    """What stood in for quantity ``q``'s spread, and how it differs from ``q`` (model, drafter, dataset)."""
+    if sp.from_pilot:
+        return f"pilot run: {q.exp} {q.dataset} {q.config} itself ({sp.n_source} requests)"
+    rt = cfg.get("released_traces") or {}
+    model = rt.get("model", "?")
+    exp = _exp_map(cfg).get(q.exp, {})
+    parts = sp.source.split(": ", 1)[-1].split()  # "<dataset> <proposer> <policy> ..."
+    ds, prop = (parts + ["?", "?"])[:2]
+    trace = "n-gram" if prop == "ngram" else "EAGLE head"
+    differs = [f"other model ({model} for {exp.get('model', q.exp)})"] if exp.get("model") != model else []
+    if q.method == "none":
+        what = "no SD"
+    else:
+        what = {"ngram": "n-gram", "eagle": "EAGLE", "eagle3": "EAGLE-3", "draft_model": "draft model",
+                "mtp": "MTP"}.get(q.method, q.method)
+        if q.method in ("draft_model", "mtp"):
+            differs.append(f"other drafter (the trace's {trace} for {what})")
+    if ds != q.dataset:
+        differs.append(f"other dataset ({ds} for {q.dataset})")
+    return (f"{model} {ds} {trace if q.method != 'none' else 'no-SD'} trace"
+            + (" (cost-model phase seconds)" if q.job == "profile" else "") + f" for {q.exp} {q.dataset} {q.config}: "
+            + (", ".join(differs) if differs else "same model, method and dataset"))
+
+
+def _tree_row(row: dict, key: str, cfg: Mapping[str, Any]) -> dict:
+    """A Fig. 2 claim (``tree.<exp>.<dataset>.<config>.<quantity>.b<B>``): measured where the config runs that tree
+    job on that dataset and batch size; never sized (no released trace has tree verification)."""
+    from .engine import experiment_configs
+
+    exps = _exp_map(cfg)
+    rest = key[len("tree."):]
+    exp = next((e for e in sorted(exps, key=len, reverse=True) if rest.startswith(e + ".")), None)
+    if exp is not None:
+        ds, config, tail = (rest[len(exp) + 1:].split(".", 2) + ["", ""])[:3]
+        job = experiment_configs(exps[exp]).get(config)
+        b = tail.rpartition(".b")[2]
+        if job and ds in job["datasets"] and b.isdigit() and int(b) in exps[exp]["batch_sizes"]:
+            row.update(status=NOT_SIZED, requests=requests_in(cfg, Quantity(key, exp, ds, config, "tree", (int(b),))),
+                       jobs=f"{exp}/bench/{config}", note="measured by the tree study; not sized: no released trace has "
+                                                          "tree verification to give its per-request spread")
+            return row
+    row["note"] = f"this config does not measure {key}"
     return row
 
 
@@ -696,10 +805,42 @@ def requests_in_profile(cfg: Mapping[str, Any]) -> int:
 
 def size_claims(claims: Sequence[Claim], cfg: Mapping[str, Any], proxy: TraceProxy | None,
                 pilot: Pilot | None = None, headline_only: bool = True, power: float = POWER) -> pd.DataFrame:
-    """:func:`size_claim` for every engine claim (headline claims only by default), registry order."""
+    """:func:`size_claim` for every engine claim (headline claims only by default), registry order; a claim the
+    config does not cover carries the config's reason (``run.dropped_claims``) in its note."""
     rows = [size_claim(c, cfg, proxy, pilot, claims, power) for c in claims
             if c.evidence == "engine" and (c.headline or not headline_only)]
+    for r in rows:
+        if r["status"] == NOT_COVERED:
+            why = dropped_reason(cfg, r["id"], r["group"])
+            r["note"] = f"dropped: {why} ({r['note']})" if why else r["note"]
     return pd.DataFrame(rows, columns=SIZING_COLUMNS)
+
+
+def dropped_reason(cfg: Mapping[str, Any], claim_id: str, group: str) -> str:
+    """The config's reason for leaving a claim out (``run.dropped_claims``: by claim id, else by figure group)."""
+    dropped = (cfg.get("run") or {}).get("dropped_claims") or {}
+    return str(dropped.get(claim_id) or dropped.get(group) or "")
+
+
+def coverage_by_group(claims: Sequence[Claim], cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """Per figure group of engine claims: how many there are, how many are headline claims, how many of each the
+    config measures, and the config's reason for the group where it measures none (columns group, claims,
+    headline, measured, headline_measured, reason)."""
+    rows: dict[str, dict] = {}
+    for c in claims:
+        if c.evidence != "engine":
+            continue
+        r = rows.setdefault(c.group, {"group": c.group, "claims": 0, "headline": 0, "measured": 0,
+                                      "headline_measured": 0, "reason": ""})
+        measured = size_claim(c, cfg, None, None, claims)["status"] != NOT_COVERED
+        r["claims"] += 1
+        r["headline"] += int(c.headline)
+        r["measured"] += int(measured)
+        r["headline_measured"] += int(measured and c.headline)
+    for r in rows.values():
+        r["reason"] = dropped_reason(cfg, "", r["group"]) if not r["measured"] else ""
+    return pd.DataFrame(list(rows.values()), columns=["group", "claims", "headline", "measured", "headline_measured",
+                                                      "reason"])
 
 
 # --- validating the rule on the released traces ------------------------------------------------------
@@ -1050,16 +1191,32 @@ def claim_line(r: Mapping[str, Any]) -> str:
     if r["status"] != SIZED:
         return head + f"{r['status']}: {r['note']}"
     verdict = "decided" if r["decided"] else f"NOT decided: needs {_fmt(r['requests_needed'], 6)} requests"
-    return (head + f"n={int(r['requests']):>4}  expected +-{_fmt(r['expected_half_width'])}  "
-            f"needs <= +-{_fmt(r['target_half_width'])} (decides at +-{_fmt(r['decisive_half_width'])})  {verdict}")
+    line = (head + f"n={int(r['requests']):>4}  expected +-{_fmt(r['expected_half_width'])}  "
+            f"needs <= +-{_fmt(r['target_half_width'])} (decides at +-{_fmt(r['decisive_half_width'])})  {verdict}"
+            f"  p={_fmt(r.get('p_decided', float('nan')), 3)}")
+    return line + (f"\n{'':8}spread from: {r['proxy']}" if r.get("proxy") else "")
+
+
+def joint_expectation(sizing: pd.DataFrame) -> dict:
+    """Over the rows of :func:`size_claims`: claims, sized ones, the expected number of sized claims left undecided
+    (sum of 1 - p_decided), the probability that all sized ones are decided (claims taken as independent), and the
+    claims undecided by construction (not covered, not sized)."""
+    sized = sizing[sizing["status"] == SIZED]
+    p = sized["p_decided"].astype(float)
+    return {"claims": int(len(sizing)), "sized": int(len(sized)), "expected_undecided": float((1 - p).sum()),
+            "p_all": float(p.prod()) if len(p) else float("nan"),
+            "not_covered": int((sizing["status"] == NOT_COVERED).sum()),
+            "not_sized": int((sizing["status"] == NOT_SIZED).sum()), "exact": int((sizing["status"] == EXACT).sum())}
 
 
 def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_total: float | None,
                       full_name: str = "config/paper.yaml", spread_note: str = "",
-                      requests: pd.DataFrame | None = None) -> str:
+                      requests: pd.DataFrame | None = None, coverage: pd.DataFrame | None = None) -> str:
     """The plan (one line per engine job: experiment, job, configuration, GPUs, points, estimated GPU-hours) with,
-    under each job, the engine claims it measures and their expected 95 % half-widths; then the claims the config
-    does not decide, the config's total, the full grid's total and their ratio."""
+    under each job, the engine claims it measures, their expected 95 % half-widths, the probability each is decided
+    and the trace that stood in for its spread; then every headline claim the config drops (with the config's
+    reason), the figures it measures nothing of, the joint expectation over the sized claims, the config's total,
+    the full grid's total and their ratio."""
     if plan.empty:
         return "no engine jobs in this config"
     rows = [] if sizing is None else sizing.to_dict("records")
@@ -1082,10 +1239,28 @@ def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_tota
         lines += ["", (f"{which}: {len(sizing)}; sized {int((st == SIZED).sum())} (expected to be decided: "
                        f"{int((sizing['decided'] & (st == SIZED)).sum())}), exact {int((st == EXACT).sum())}, not "
                        f"sized {int((st == NOT_SIZED).sum())}, not covered {int((st == NOT_COVERED).sum())}")]
-        lines += [claim_line(r) for r in rows
-                  if r["status"] in (NOT_COVERED, NOT_SIZED) or (r["status"] == SIZED and not r["decided"])]
+        dropped = [r for r in rows if r["status"] == NOT_COVERED]
+        if dropped:
+            lines.append(f"dropped by this config ({len(dropped)}; the full grid measures them):")
+            lines += [f"    {r['id']:<48}{r['note']}" for r in dropped]
+        lines += [claim_line(r) for r in rows if r["status"] == NOT_SIZED or (r["status"] == SIZED and not r["decided"])]
+        j = joint_expectation(sizing)
+        if j["sized"]:
+            lines.append(
+                f"joint expectation: each sized claim is decided with probability >= {POWER:g} even at "
+                f"{100 * (SPREAD_MARGIN - 1):.0f} % more spread than estimated; at the estimated spread the {j['sized']} "
+                f"sized claims leave {j['expected_undecided']:.2f} undecided on average and are all decided with "
+                f"probability {j['p_all']:.2f} (claims taken as independent); of the others, not covered "
+                f"{j['not_covered']} (never decided by this config), not sized {j['not_sized']} (measured, their "
+                f"decision not predicted)")
         if spread_note:
             lines.append(f"(per-request spread: {spread_note})")
+    if coverage is not None and len(coverage):
+        lines += ["", "engine claims per figure: measured by this config / in the registry (headline: measured / all)"]
+        for r in coverage.itertuples(index=False):
+            why = "" if r.measured else f"  dropped: {r.reason}" if r.reason else "  (no reason in run.dropped_claims)"
+            lines.append(f"    {r.group:<44} {r.measured:>4} / {r.claims:<4} (headline {r.headline_measured} / "
+                         f"{r.headline}){why}")
     if requests is not None and len(requests):
         lines += ["", "requests per experiment, job and dataset: needed by its sized claims / in this config"]
         per = requests.groupby(["exp", "job", "dataset"], sort=False)[["requests_needed", "requests"]].max()
@@ -1098,7 +1273,8 @@ def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_tota
         lines.append(f"{'this config / full grid':<44} {100 * total / full_total:>9.2f} %")
     lines.append("(estimate: cost-model no-SD time, every SD job charged as no-SD; scaled by weight bytes per GPU; output "
                  "lengths = datasets.<d>.expected_output_tokens, else the output cap. Expected half-widths: 95 % "
-                 "intervals over the job's requests, specrepro.sizing)")
+                 f"intervals over the job's requests at {100 * (SPREAD_MARGIN - 1):.0f} % more than the estimated spread; "
+                 "p: the probability the claim is decided at the estimated spread; specrepro.sizing)")
     return "\n".join(lines)
 
 

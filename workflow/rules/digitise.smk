@@ -29,6 +29,7 @@ rule tab_digitiser:
         config=RUN_CONFIG,
         readings="results/digitised/readings.csv",
         claims=str(REPO / "paper" / "claims.yaml"),
+        images=str(REPO / "paper" / "figure_images.yaml"),
     output:
         tex="figures/tab_digitiser-paper.tex",
         csv="figures/tab_digitiser-paper.csv",
@@ -38,4 +39,4 @@ rule tab_digitiser:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_digitiser --run-config {input.config} --subject paper --readings {input.readings}"
-        " --claims {input.claims} --csv {output.csv} -o {output.tex} 2> {log}"
+        " --claims {input.claims} --images {input.images} --csv {output.csv} -o {output.tex} 2> {log}"

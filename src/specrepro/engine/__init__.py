@@ -5,7 +5,9 @@ Only the configuration-level names are re-exported here (no vLLM, torch or panda
 workflow and ``specrepro plan`` can use them cheaply.
 """
 
-from .args import METHOD_LABELS, PROFILED_K, SD_METHODS, BenchSpec, config_label, experiment_configs, profiled_datasets
+from .args import (
+    METHOD_LABELS, PROFILED_K, SD_METHODS, BenchSpec, config_label, experiment_configs, profiled_datasets, profiled_requests,
+)
 
 __all__ = ["METHOD_LABELS", "PROFILED_K", "SD_METHODS", "BenchSpec", "config_label", "experiment_configs",
-           "profiled_datasets"]
+           "profiled_datasets", "profiled_requests"]

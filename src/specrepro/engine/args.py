@@ -78,6 +78,12 @@ def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling:
     return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
 
+def profiled_requests(exp: Mapping[str, Any], profiling: Mapping[str, Any]) -> int:
+    """Requests per dataset of an experiment's profiled passes: its ``profile_num_requests``, else the config's
+    ``profiling.num_requests`` (the quick run sizes them per experiment)."""
+    return int(exp.get("profile_num_requests") or profiling.get("num_requests") or 500)
+
+
 @dataclass(frozen=True)
 class BenchSpec:
     """One engine configuration and the points it serves (built by the workflow from the config)."""

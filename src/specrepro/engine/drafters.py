@@ -593,14 +593,15 @@ def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.Dat
     the tokens a step starting there produces; ``mean_step_length``: the mean tokens per step when the
     outputs are walked step by step as the engine does (what vLLM's counters give: 1 + accepted /
     drafts); ``accepted_per_position``: per draft position, the share of positions whose first t drafts
-    are all accepted."""
+    are all accepted; ``per_request``: each held-out request's ``workload``, and its ``steps`` and ``tokens`` in
+    that walk (the unit of an interval over requests)."""
     import torch
 
     from .oracle import _draft_model_acc, _EagleHead, _Model, acc_from_drafts
     from .traces import simulate_steps
 
     rows = [i for i, s in enumerate(df["split"]) if s == "heldout"]
-    accs, steps = [], []
+    accs, steps, per_request = [], [], []
     with torch.inference_mode():
         drafter = _Model(drafter_dir)
         head = _EagleHead(drafter, _Model(target_dir), eagle3=False) if kind == "eagle" else None
@@ -615,12 +616,16 @@ def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.Dat
             else:
                 acc = _draft_model_acc({"prompt_token_ids": prompt, "generated_token_ids": out}, drafter, k)
             accs.append(acc[1:])
-            steps += simulate_steps(acc, k + 1)
+            walk = simulate_steps(acc, k + 1)
+            steps += walk
+            per_request.append({"workload": str(df["workload"].iloc[i]) if "workload" in df else "",
+                                "steps": len(walk), "tokens": int(sum(walk))})
     a = np.concatenate(accs) if accs else np.zeros(0)
     per_pos = [float(np.mean(a > t)) for t in range(1, k + 1)] if a.size else []
     return {"k": k, "requests": len(accs), "positions": int(a.size),
             "mean_acceptance_length": float(a.mean()) if a.size else None,
-            "mean_step_length": float(np.mean(steps)) if steps else None, "accepted_per_position": per_pos}
+            "mean_step_length": float(np.mean(steps)) if steps else None, "accepted_per_position": per_pos,
+            "per_request": per_request}
 
 
 # --- CLI ---------------------------------------------------------------------------------------

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .args import TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, sampling_kwargs
+from .args import (
+    TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, profiled_requests, sampling_kwargs,
+)
 from .args import trace_sampling_kwargs, warmup_sampling_kwargs
 from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image, vllm_env
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
@@ -108,7 +110,7 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
         "k": job["k"],
         "datasets": {d: max_output(cfg, exp, d) for d in datasets},
         "batch_sizes": list(prof["batch_sizes"] if profile else exp["batch_sizes"]),
-        "num_requests": int(prof["num_requests"] if profile else exp.get("num_requests") or 10**9),
+        "num_requests": int(profiled_requests(exp, prof) if profile else exp.get("num_requests") or 10**9),
         "engine": engine,
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": _spec_drafter(cfg, exp, job["method"]),

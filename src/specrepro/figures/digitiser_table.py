@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ..claims import load_claims
-from ..digitise import agreement, summary
+from ..digitise import agreement, load_image_origins, nearest_tolerance, summary
 from ..io import SpecReproError, write_csv, write_text
 from ..latex import tex_escape
 
@@ -26,10 +26,15 @@ SPEC = FigureSpec(
         "and it is not merged with or mistaken for another marker of that colour (bars: at least 15 px tall); "
         "Fig. 3's speedups are ratios of two bars. Judged: readable readings with a registry claim of the same "
         "figure, "
-        "panel, series and x; they agree when they lie within the claim's tolerance. Claims: the figure's value "
+        "panel, series and x; they agree when they lie within the claim's tolerance. |read - paper|: the median and "
+        "largest difference between a judged reading and the registry's value; tolerance: the claims' tolerances "
+        "(their range); max share: the largest difference as a share of its tolerance (above 100% = a "
+        "disagreement). Claims: the figure's value "
         "claims in the registry (bounds and orderings are not read here); claims unread: those no readable "
         "reading decides. Fig. 12 replots Fig. 10's series: those readings are "
-        "compared with Fig. 10's claims (other figure), not judged."
+        "compared with Fig. 10's claims (other figure), not judged. Below: the judged readings nearest their "
+        "tolerance, and where each image comes from (paper/figure_images.yaml; what is not recorded is marked "
+        "unknown)."
     ),
     paper_statement=(
         "The registry's values for Figs. 1, 3, 10 and 12 were read from the paper's figures; an independent "
@@ -43,6 +48,7 @@ def add_arguments(p) -> None:
     p.add_argument("--readings", required=True, help="readings CSV of specrepro digitise")
     p.add_argument("--claims", required=True, help="paper/claims.yaml")
     p.add_argument("--csv", required=True, help="the agreement table (one row per reading) as CSV")
+    p.add_argument("--images", help="paper/figure_images.yaml: where each image comes from (listed under the table)")
 
 
 def load_readings(path) -> pd.DataFrame:
@@ -62,36 +68,73 @@ def _pct(x: float) -> str:
     return "--" if x != x else f"{100 * x:.1f}\\%"
 
 
-def to_latex(s: pd.DataFrame, agree: pd.DataFrame) -> str:
+def _num(x: float) -> str:
+    return "--" if x != x else f"{x:.2g}" if abs(x) < 0.01 else f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def _tol(lo: float, hi: float) -> str:
+    if lo != lo:
+        return "--"
+    return _num(lo) if abs(hi - lo) < 1e-12 else f"{_num(lo)}--{_num(hi)}"
+
+
+def to_latex(s: pd.DataFrame, agree: pd.DataFrame, images: dict | None = None) -> str:
     lines = [
-        r"\begin{tabular}{l rrrrrrr r}",
+        r"{\footnotesize\setlength{\tabcolsep}{3.5pt}\begin{tabular}{l rrrrrr c c r r r}",
         r"\toprule",
-        r"Figure & claims & found & readable & judged & agree & rate & claims unread & other figure \\",
+        r"Figure & claims & found & readable & judged & agree & rate & $|$read $-$ paper$|$ & tolerance & max share & "
+        r"claims & other \\",
+        r" & & & & & & & median / max & & of tol. & unread & figure \\",
         r"\midrule",
     ]
     for r in s.itertuples(index=False):
         other = f"{r.other_agree}/{r.other_judged}" if r.other_judged else "--"
         lines.append(f"{tex_escape(r.figure)} & {r.claims} & {r.readings} & {r.readable} & {r.judged} & {r.agree} & "
-                     f"{_pct(r.rate)} & {r.claims_unread} & {other} \\\\")
+                     f"{_pct(r.rate)} & {_num(r.median_abs_difference)} / {_num(r.max_abs_difference)} & "
+                     f"{_tol(r.tolerance_min, r.tolerance_max)} & {_pct(r.max_share_of_tolerance)} & "
+                     f"{r.claims_unread} & {other} \\\\")
     tot = s[["claims", "readings", "readable", "judged", "agree", "claims_unread"]].sum()
     rate = tot["agree"] / tot["judged"] if tot["judged"] else math.nan
+    judged = agree[agree["agrees"].notna()]
+    d = judged["difference"].astype(float).abs()
+    share = (d / judged["tolerance"].astype(float)).max() if len(judged) else math.nan
     lines += [r"\midrule",
               f"All & {tot['claims']} & {tot['readings']} & {tot['readable']} & {tot['judged']} & {tot['agree']} & "
-              f"{_pct(rate)} & {tot['claims_unread']} & \\\\",
-              r"\bottomrule", r"\end{tabular}", ""]
+              f"{_pct(rate)} & {_num(float(d.median()) if len(d) else math.nan)} / "
+              f"{_num(float(d.max()) if len(d) else math.nan)} & "
+              f"{_tol(float(s['tolerance_min'].min()), float(s['tolerance_max'].max()))} & {_pct(share)} & "
+              f"{tot['claims_unread']} & \\\\",
+              r"\bottomrule", r"\end{tabular}}", ""]
     bad = agree[agree["agrees"] == False]  # noqa: E712
     lines.append(r"\par\medskip")
     if bad.empty:
         lines.append(r"\noindent No judged reading disagrees with the registry.")
-    else:
-        lines += [r"\noindent Disagreements:\par\smallskip", r"\begin{tabular}{l l l l r r r}", r"\toprule",
-                  r"Figure & series & x & claim & read & paper & tolerance \\", r"\midrule"]
-        for r in bad.itertuples(index=False):
-            where = f"{tex_escape(r.figure)}({tex_escape(r.panel)})"
+    near = nearest_tolerance(agree)
+    if len(near):
+        title = "Disagreements and the" if not bad.empty else "The"
+        lines += [r"\par\smallskip",
+                  rf"\noindent {title} judged readings nearest their tolerance (read $-$ paper as a share of the "
+                  r"tolerance):\par\smallskip", r"{\footnotesize\setlength{\tabcolsep}{3.5pt}\begin{tabular}{l l l l r r r r r}",
+                  r"\toprule",
+                  r"Figure & series & x & claim & read & paper & read $-$ paper & tolerance & share \\", r"\midrule"]
+        rows = pd.concat([bad, near]).drop_duplicates(["figure", "panel", "series", "x"]) if not bad.empty else near
+        for r in rows.itertuples(index=False):
+            where = f"{tex_escape(r.figure)}({tex_escape(r.panel)})" if r.panel else tex_escape(r.figure)
+            diff = float(r.difference)
             lines.append(f"{where} & {tex_escape(r.series)} & {tex_escape(r.x)} & "
                          f"\\texttt{{{tex_escape(r.claim_id)}}} & {r.read:.3f} & {r.paper_value:.3f} & "
-                         f"{r.tolerance:.3g} \\\\")
-        lines += [r"\bottomrule", r"\end{tabular}"]
+                         f"{diff:+.4f} & {r.tolerance:.3g} & {_pct(abs(diff) / r.tolerance)} \\\\")
+        lines += [r"\bottomrule", r"\end{tabular}}"]
+    if images:
+        lines += [r"\par\smallskip", r"\noindent Where the images come from (paper/figure\_images.yaml):"
+                  r"\par\smallskip", r"{\scriptsize\begin{tabular}{l l r r l l l l}", r"\toprule",
+                  r"Image & figure & pixels & dpi & written by & arXiv version & page & SHA-256 \\", r"\midrule"]
+        for name, rec in images.items():
+            px = "x".join(str(v) for v in rec["pixels"])
+            lines.append(f"{tex_escape(name)} & {tex_escape(str(rec['figure']).split(':')[0])} & {px} & {rec['dpi']} & "
+                         f"{tex_escape(rec['software'] or 'unknown')} & {tex_escape(str(rec['arxiv_version']))} & "
+                         f"{tex_escape(str(rec['page']))} & \\texttt{{{rec['sha256'][:16]}}}\\ldots \\\\")
+        lines += [r"\bottomrule", r"\end{tabular}}"]
     lines.append("")
     return "\n".join(lines)
 
@@ -101,4 +144,5 @@ def build(args, ctx: TraceContext) -> None:
     readings = load_readings(args.readings)
     agree = agreement(readings, claims)
     write_csv(args.csv, agree, float_format="%.6g")
-    write_text(args.output, to_latex(summary(agree, claims), agree))
+    images = load_image_origins(args.images) if args.images else None
+    write_text(args.output, to_latex(summary(agree, claims), agree, images))
