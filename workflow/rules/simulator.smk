@@ -374,11 +374,6 @@ rule simulate_today:
         " --policy fixed-1 fixed-3 fixed-5 oracle -o {output.suffix:q}) 2> {log}"
 
 
-def today_kgrid_inputs(wc):
-    """The fixed-k grids (every candidate k): the best fixed k over the schedules' own candidates."""
-    return [f"results/simulator/{wc.traceset}/today/kgrid/{d}.csv" for d in TRACE_SETS[wc.traceset]["datasets"]]
-
-
 rule fig_today:
     input:
         config=RUN_CONFIG,
