@@ -82,7 +82,8 @@ def footnote(t, kind: str) -> str:
 def build(args, ctx: TraceContext) -> None:
     style.apply()
     points = load_points(args.points)
-    rows = panels(ctx, thinking=False)
+    # the experiments of the points given (a CPU run's report leaves its stand-ins out of Fig. 1)
+    rows = [r for r in panels(ctx, thinking=False) if r[0]["name"] in set(points["exp"])]
     if not rows:
         raise SpecReproError("the run config has no experiment without thinking: nothing for Fig. 1")
     names = [e["name"] for e, _ in rows]

@@ -67,8 +67,18 @@ def apply() -> None:
 
 
 def save_pdf(fig, output: str | os.PathLike) -> None:
-    """Save a vector PDF atomically with no timestamps, so identical data give identical bytes."""
+    """Save a vector PDF atomically with no timestamps, so identical data give identical bytes; refuse a figure
+    whose texts are drawn over each other (:func:`specrepro.layout.text_overlaps`)."""
+    from ..io import SpecReproError
+    from ..layout import text_overlaps
+
     output = Path(output)
+    clash = text_overlaps(fig)
+    if clash:
+        plt.close(fig)
+        a, b = clash[0]
+        raise SpecReproError(f"{output.name}: texts drawn over each other: {a!r} and {b!r} ({len(clash)} pair(s));"
+                             " shorten them or give the figure more room in its module (specrepro.figures)")
     with atomic_path(output) as tmp:
         fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
                                                   "Creator": "specrepro"}, bbox_inches="tight", pad_inches=0.02)
