@@ -75,7 +75,7 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_xticks(range(nb))
         ax.set_xticklabels([f"{args.edges[k]:.1f}-{args.edges[k + 1]:.1f}\n({int(counts.get(k, 0))})"
                             for k in range(nb)], fontsize=5)
-        ax.set_title(f"{exp} · {ctx.dataset_label(ds)}\n{cfg} vs {sub['reference'].iloc[0]}")
+        style.panel_title(ax, f"{exp} · {ctx.dataset_label(ds)}\n{cfg} vs {sub['reference'].iloc[0]}")
         ax.set_xlabel("BLEU-4 (output vs prompt)")
         if n % ncols == 0:
             ax.set_ylabel("n-gram vs EAGLE (%)")

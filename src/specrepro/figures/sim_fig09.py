@@ -111,7 +111,7 @@ def build(args, ctx: TraceContext) -> None:
             ax.set_xticks(range(nb), [f"{args.bleu_edges[k]:.1f}-{args.bleu_edges[k + 1]:.1f}\nn={counts[k]}"
                                       for k in range(nb)], fontsize=5, rotation=45, ha="right",
                           rotation_mode="anchor")
-            ax.set_title(f"{ctx.dataset_label(ds)}, k={pol.split('-')[-1]}")
+            style.panel_title(ax, f"{ctx.dataset_label(ds)}, k={pol.split('-')[-1]}")
             if j == 0:
                 ax.set_ylabel("Batch size")
             if i == len(args.ngram_policies) - 1:

@@ -61,6 +61,22 @@ def dataset_row(n: int, height: float):
     return fig, list(axes[0])
 
 
+def panel_title(ax, text: str, **kw) -> None:
+    """``ax.set_title`` with each line wrapped to the panel's width, so titles of neighbouring panels never run
+    into each other (long dataset or model labels in narrow panels)."""
+    import textwrap
+
+    fig = ax.get_figure()
+    spec = ax.get_subplotspec()
+    # the panel's share of the figure's width (its columns of the grid), less the gaps between panels
+    share = ((spec.colspan.stop - spec.colspan.start) / spec.get_gridspec().ncols) if spec else ax.get_position().width
+    width_pt = 0.9 * share * fig.get_figwidth() * 72
+    size = plt.rcParams["axes.titlesize"]
+    size = size if isinstance(size, (int, float)) else plt.rcParams["font.size"]
+    chars = max(8, int(width_pt / (0.55 * size)))  # DejaVu Sans: about 0.55 em a character
+    ax.set_title("\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in str(text).split("\n")), **kw)
+
+
 def apply() -> None:
     """Set the shared rcParams (idempotent)."""
     plt.rcParams.update(RC)
