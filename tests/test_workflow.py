@@ -107,8 +107,10 @@ def test_cpu_report_leaves_standin_figures_and_thin_per_request_figures_out(tmp_
     every = tmp_path / "every.yaml"
     every.write_text(yaml.safe_dump({"report": {"standin_figures": True}}))
     proc = run_snakemake(["-n", "--configfile", CPU, str(every), "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = planned_jobs(proc.stdout)
-    assert jobs["fig05_acceptance_heatmap"] == 1 + (traced >= 8) + 5  # + each stand-in's engine trace set
+    # each stand-in's engine trace set: its statistics table; its per-request figures not (2 requests per dataset)
+    assert jobs["tab_acceptance_stats"] == 2 + 5 and jobs["fig05_acceptance_heatmap"] == 1 + (traced >= 8)
     assert jobs["tab_lossless"] == jobs["fig03_reasoning"] == jobs["tab_engine_exercise"] == 1
 
 

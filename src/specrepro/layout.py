@@ -144,9 +144,44 @@ def _drawn_tick_labels(fig) -> tuple[set[int], set[int]]:
     return every, drawn
 
 
+def _outline(t, renderer):
+    """The four corners (display units) of a text's box as drawn: for a rotated text, its unrotated box turned by
+    its angle and placed where matplotlib puts it (its axis-aligned extent is that of the turned box)."""
+    import numpy as np
+
+    ext = t.get_window_extent(renderer)
+    angle = t.get_rotation() % 360
+    if angle % 90 == 0:
+        return np.array([(ext.x0, ext.y0), (ext.x1, ext.y0), (ext.x1, ext.y1), (ext.x0, ext.y1)])
+    t.set_rotation(0)
+    flat = t.get_window_extent(renderer)
+    t.set_rotation(angle)
+    a = np.deg2rad(angle)
+    rot = np.array([[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]])
+    corners = np.array([(0, 0), (flat.width, 0), (flat.width, flat.height), (0, flat.height)]) @ rot.T
+    return corners - corners.min(axis=0) + (ext.x0, ext.y0)
+
+
+def _overlap(p, q) -> float:
+    """How deep two convex polygons overlap (0 when apart): the least overlap of their projections on the
+    edge normals of both (separating axis theorem)."""
+    import numpy as np
+
+    depth = np.inf
+    for poly in (p, q):
+        for i in range(len(poly)):
+            edge = poly[(i + 1) % len(poly)] - poly[i]
+            n = np.array([-edge[1], edge[0]]) / (np.hypot(*edge) or 1.0)
+            a, b = p @ n, q @ n
+            depth = min(depth, min(a.max(), b.max()) - max(a.min(), b.min()))
+            if depth <= 0:
+                return 0.0
+    return float(depth)
+
+
 def text_overlaps(fig, tolerance_pt: float = 0.5) -> list[tuple[str, str]]:
-    """Pairs of visible texts of a drawn matplotlib figure whose bounding boxes overlap by more than
-    ``tolerance_pt`` in both directions (titles printed over each other, crowded tick labels)."""
+    """Pairs of visible texts of a drawn matplotlib figure whose boxes (rotated texts: turned boxes) overlap by
+    more than ``tolerance_pt`` (titles printed over each other, crowded tick labels or annotations)."""
     from matplotlib.text import Text
 
     renderer = fig.canvas.get_renderer()
@@ -159,13 +194,12 @@ def text_overlaps(fig, tolerance_pt: float = 0.5) -> list[tuple[str, str]]:
             continue
         if id(t) not in every and not _drawn_inside_clip(t, renderer):
             continue
-        boxes.append((t.get_text(), t.get_window_extent(renderer)))
+        boxes.append((t.get_text(), t.get_window_extent(renderer), _outline(t, renderer)))
     out = []
-    for i, (ta, a) in enumerate(boxes):
-        for tb, b in boxes[i + 1:]:
-            w = min(a.x1, b.x1) - max(a.x0, b.x0)
-            h = min(a.y1, b.y1) - max(a.y0, b.y0)
-            if w > tol and h > tol:
+    for i, (ta, a, pa) in enumerate(boxes):
+        for tb, b, pb in boxes[i + 1:]:
+            if min(a.x1, b.x1) - max(a.x0, b.x0) > tol and min(a.y1, b.y1) - max(a.y0, b.y0) > tol \
+                    and _overlap(pa, pb) > tol:
                 out.append((ta, tb))
     return out
 

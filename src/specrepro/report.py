@@ -423,7 +423,7 @@ def render(
     summaries = figure_summaries(claims, items)
     standins = standin_rows(run_config)
     sections = layout(items, summaries, run_config, keep=("run", "exercise") if standins else ("run",))
-    few = too_few_requests(run_config)
+    few = {n: k for n, k in too_few_requests(run_config).items() if subject_role(n, run_config) != STANDIN}
     return env.get_template(template).render(
         run=run_config["run"],
         config=run_config,

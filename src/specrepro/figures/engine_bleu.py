@@ -83,6 +83,6 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_axisbelow(True)
         ax.legend(fontsize=5, frameon=False)
     if ctx.run_kind != "gpu":
-        fig.text(0.0, -0.01, f"{ctx.run_kind.upper()} run (tiny models): not evidence for the paper.", ha="left",
+        fig.text(0.0, -0.01, f"{ctx.run_kind.upper()} run (tiny or small models on CPU): not evidence for the paper.", ha="left",
                  va="top", fontsize=6, color="#444444")
     style.save_pdf(fig, args.output)

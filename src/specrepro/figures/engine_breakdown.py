@@ -187,7 +187,7 @@ def footnote(t: pd.DataFrame, kind: str) -> str:
     note = (f"Clock: {', '.join(what.get(c, c) for c in clocks)}. {int(t['points'].sum())} profiled points, "
             f"{int(t['steps'].sum())} engine steps.")
     if kind != "gpu":
-        note = f"{kind.upper() or 'Unknown'} run (tiny models): not evidence for the paper. " + note
+        note = f"{kind.upper() or 'Unknown'} run (tiny or small models on CPU): not evidence for the paper. " + note
     return note
 
 

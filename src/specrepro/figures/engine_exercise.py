@@ -106,8 +106,8 @@ def _yes(v, detail: str = "") -> str:
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
     lines = [
-        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.17\textwidth} >{\raggedright\arraybackslash}p{0.17\textwidth}"
-        r" >{\raggedright\arraybackslash}p{0.27\textwidth} l l r r@{}}",
+        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.16\textwidth} >{\raggedright\arraybackslash}p{0.17\textwidth}"
+        r" >{\raggedright\arraybackslash}p{0.24\textwidth} l l r r@{}}",
         r"\toprule",
         r"Experiment & Configuration & Outcome & Lossless & Counters & Points & Seconds \\",
         r"\midrule",

@@ -75,7 +75,7 @@ def footnote(t, kind: str) -> str:
     total, failed = int(t["points"].sum()), int(t["failed"].sum())
     note = f"{failed} of {total} points failed and are excluded."
     if kind != "gpu":
-        note = f"{kind.upper() or 'Unknown'} run (tiny models): not evidence for the paper. " + note
+        note = f"{kind.upper() or 'Unknown'} run (tiny or small models on CPU): not evidence for the paper. " + note
     return note
 
 
