@@ -66,15 +66,28 @@ def panel_title(ax, text: str, **kw) -> None:
     into each other (long dataset or model labels in narrow panels)."""
     import textwrap
 
+    size = plt.rcParams["axes.titlesize"]
+    chars = _panel_chars(ax, size if isinstance(size, (int, float)) else plt.rcParams["font.size"])
+    ax.set_title("\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in str(text).split("\n")), **kw)
+
+
+def _panel_chars(ax, size: float, parts: int = 1) -> int:
+    """Characters of a ``size``-point text that fit in 1/``parts`` of the panel's width."""
     fig = ax.get_figure()
     spec = ax.get_subplotspec()
     # the panel's share of the figure's width (its columns of the grid), less the gaps between panels
     share = ((spec.colspan.stop - spec.colspan.start) / spec.get_gridspec().ncols) if spec else ax.get_position().width
-    width_pt = 0.9 * share * fig.get_figwidth() * 72
-    size = plt.rcParams["axes.titlesize"]
-    size = size if isinstance(size, (int, float)) else plt.rcParams["font.size"]
-    chars = max(8, int(width_pt / (0.55 * size)))  # DejaVu Sans: about 0.55 em a character
-    ax.set_title("\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in str(text).split("\n")), **kw)
+    width_pt = 0.9 * share * fig.get_figwidth() * 72 / parts
+    return max(6, int(width_pt / (0.55 * size)))  # DejaVu Sans: about 0.55 em a character
+
+
+def wrap_labels(ax, labels, size: float | None = None) -> list[str]:
+    """Tick labels wrapped so that ``len(labels)`` of them fit side by side in the panel's width."""
+    import textwrap
+
+    size = size or plt.rcParams["xtick.labelsize"]
+    chars = _panel_chars(ax, size if isinstance(size, (int, float)) else plt.rcParams["font.size"], len(labels) or 1)
+    return [textwrap.fill(str(x), chars, break_on_hyphens=False) for x in labels]
 
 
 def apply() -> None:
