@@ -52,8 +52,10 @@ class Section:
     intro: str = ""
 
 
+#: a CPU run's real model: trends first, then its measurements, then (on its own traces) the simulator's bounds
 _ENGINE_FIGURES = ("tab_trends", "fig01_speedup", "fig05_acceptance_heatmap", "fig07_request_span",
-                   "fig11_acceptance_diff", "tab_acceptance_stats", "fig04_breakdown", "fig_costfit", "fig09_engine_bleu", "fig03_reasoning")
+                   "fig11_acceptance_diff", "tab_acceptance_stats", "fig04_breakdown", "fig_costfit", "fig09_engine_bleu",
+                   "fig03_reasoning", "fig10_sim_speedup", "fig12_oracle_combine", "tab_oracle_gap")
 
 #: The report's order. A figure or table is shown in the first section that names it and takes its subject's
 #: role; a new figure is one more name in the ``names`` of its section (or a new Section here). Inside a
