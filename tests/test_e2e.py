@@ -11,14 +11,15 @@ from conftest import REPO, run_snakemake
 
 pytestmark = pytest.mark.e2e
 RELEASED = "h100-llama3.1-8b"
-ENGINE_FIGURES = ("fig01_speedup", "fig03_reasoning", "fig04_breakdown", "fig_costfit")
-ENGINE_TABLES = ("tab_lossless", "tab_runtime", "tab_memory", "tab_engine_jobs")
+# a CPU run's report: the real model's speedup figure, the cost fit and trend table; the stand-ins in one table
+ENGINE_FIGURES = ("fig01_speedup", "fig_costfit")
+ENGINE_TABLES = ("tab_trends", "tab_engine_exercise")
 ANALYSIS_RULES = (
     "trace_tables", "fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span", "tab_acceptance_stats",
     "ngram_trace", "prompt_bleu", "simulate_paper", "simulate_fig9", "simulate_recomputed", "simulate_variant",
     "simulator_metrics", "fig10_sim_speedup", "fig12_oracle_combine", "tab_oracle_gap", "fig09_bleu_ngram",
     "tab_sim_beyond", "fig_sim_beyond", "tab_ngram_agreement", "greedy_outputs", "merged_engine_traces", "speedup_metrics",
-    *ENGINE_FIGURES, *ENGINE_TABLES, "claims",
+    *ENGINE_FIGURES, "tab_engine_exercise", "claims",
 )
 
 
@@ -43,9 +44,8 @@ def test_report_and_figures_exist(cpu_run):
     assert pdf.read_bytes().startswith(b"%PDF")
     tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
     assert "This is a CPU run." in tex
-    # an evaluation: the summary per figure first, the full claims table in the appendix
-    assert tex.index(r"\section{Summary by figure}") < tex.index(r"\section{What was run}") \
-        < tex.index(r"\section{All claims}")
+    # an evaluation: the verdict first, the full claims table in the appendix
+    assert tex.index(r"\section{Verdict}") < tex.index(r"\section{What was run}") < tex.index(r"\section{All claims}")
     for name in ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span"):
         assert (cpu_run / "figures" / f"{name}-{RELEASED}.pdf").exists()
         assert f"{name}-{RELEASED}.pdf" in tex
@@ -109,8 +109,15 @@ def test_engine_figures_in_the_report_labelled_as_cpu(cpu_run):
     for n in ENGINE_TABLES:
         assert f"{n}-engine.tex" in tex
     assert "not evidence for the paper" in tex
-    # acceptance figures of the engine traces too (every method the CPU run traces)
-    assert "fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" in tex
+    # the stand-ins: one appendix table, every configuration ran (or is GPU-only), lossless, counters consistent
+    assert "fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" not in tex
+    assert tex.index("tab_engine_exercise-engine.tex") > tex.index(r"\appendix")
+    ex = pd.read_csv(cpu_run / "figures" / "tab_engine_exercise-engine.csv")
+    ran = ex[ex["outcome"] != "GPU-only"]
+    assert set(ran["outcome"]) == {"ran"} and len(ran) >= 25
+    sd = ran[ran["method"] != "none"]
+    assert sd["lossless"].all() and sd["counters_consistent"].all()
+    assert set(ex.loc[ex["outcome"] == "GPU-only", "method"]) == {"suffix", "tree vs chain (Fig. 2)"}
     lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
     sd = lossless[lossless["method"] != "none"]
     assert (sd["identical"] == sd["compared"]).all() and set(sd["method"]) >= {"ngram", "eagle", "eagle3", "draft_model", "mtp"}
@@ -126,11 +133,14 @@ def test_smollm2_stand_in(cpu_run):
     """Issue 10: the real model's figures and trend table in the report; its engine traces named as this run's;
     greedy SD equal to no-SD for every method; trained drafters beat their untrained start on held-out prompts."""
     tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
-    assert r"\subsection{CPU stand-in (SmolLM2-135M)}" in tex and "tab_trends-engine.tex" in tex
+    section = tex[tex.index(r"\section{A real model on CPU}"):tex.index(r"\section{What was run}")]
+    assert "tab_trends-engine.tex" in section and "fig01_speedup-engine.pdf" in section
+    stats = section[section.index("tab_acceptance_stats-engine-smollm2.tex") - 2000:]
+    assert "Data: this run's engine traces (vLLM, CPU run)." in stats[:2100]
+    # its traces hold 2 requests per workload (the CPU run's budget): no per-request figure, and the section says so
     for name in ("fig05_acceptance_heatmap", "fig07_request_span", "fig11_acceptance_diff"):
-        assert (cpu_run / "figures" / f"{name}-engine-smollm2.pdf").exists()
-    heatmap = tex[tex.index("fig05_acceptance_heatmap-engine-smollm2.pdf"):]
-    assert heatmap[:heatmap.index(r"\end{figure}")].count("Data: this run's engine traces (vLLM, CPU run).") == 1
+        assert f"{name}-engine-smollm2" not in tex
+    assert r"\textbf{Left out:}" in section and "CPU stand-in (SmolLM2-135M) {(}2 requests per workload)" in section
     lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
     sd = lossless[(lossless["exp"] == "smollm2") & (lossless["method"] != "none")]
     assert set(sd["method"]) == {"ngram", "eagle", "draft_model"}
@@ -173,3 +183,27 @@ def test_sizing_check_in_the_report(cpu_run):
     assert done["coverage"].between(0.85, 0.99).all()
     sim = done[done["role"] == "simulator claim"]
     assert len(sim) >= 4 and (sim["agree"] >= 0.9).all() and (sim["opposite"] == 0).all()
+
+
+def test_report_layout(cpu_run):
+    """Issue 16: the verdict on page 1; the released-trace and simulator evidence before any CPU engine material; no
+    line or table wider than the text; no blank or near-blank page; a body of at most 25 pages; every per-request
+    figure in the report of >= 8 requests per dataset (figures with overlapping texts are refused when built)."""
+    import re
+
+    from specrepro.layout import MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+    from specrepro.report import MAX_BODY_PAGES, page_counts
+
+    build = cpu_run / "paper" / "build"
+    tex = (build / "report.tex").read_text()
+    aux = (build / "report.aux").read_text()
+    assert label_page(aux, "sec:summary") == 1 and label_page(aux, "sec:fig1") == 2  # a one-page verdict
+    assert tex.index(f"fig10_sim_speedup-{RELEASED}.pdf") < tex.index("fig01_speedup-engine.pdf")
+    assert tex.index(f"fig05_acceptance_heatmap-{RELEASED}.pdf") < tex.index("tab_trends-engine.tex")
+    assert overfull_boxes((build / "report.log").read_text(errors="replace")) == []
+    assert sparse_pages(build / "report.pdf") == []
+    body, total = page_counts(build / "report.tex")
+    assert body <= MAX_BODY_PAGES < total, (body, total)
+    for name, subject in re.findall(r"\{\.\./\.\./figures/(" + "|".join(PER_REQUEST) + r")-([^}]+)\.pdf\}", tex):
+        for requests in (cpu_run / "results" / "traces" / subject).glob("*.requests.parquet"):
+            assert len(pd.read_parquet(requests)) >= MIN_REQUESTS, (name, requests)

@@ -187,7 +187,9 @@ def test_a_failed_no_sd_job_leaves_its_trace_set_out_of_the_rerun(tmp_path):
     rec = tmp_path / "results/engine/standin-llama3.1-8b/bench/none.json"
     write_json(rec, {"exp": "standin-llama3.1-8b", "config": "none", "status": "failed", "error": ERROR, "points": 4,
                      "failed": 4})
-    proc = run_snakemake(["-n", "--configfile", str(REPO / "config" / "cpu.yaml"), "--directory", str(tmp_path)])
+    every = tmp_path / "standin-figures.yaml"  # the stand-ins' figures in the report, to see their trace sets
+    every.write_text("report: {standin_figures: true}\n")
+    proc = run_snakemake(["-n", "--configfile", str(REPO / "config" / "cpu.yaml"), str(every), "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert ("note: standin-llama3.1-8b: its no-SD job finished no point (results/engine/standin-llama3.1-8b/bench/none.json): its "
             "engine trace set is left out of this run") in proc.stderr

@@ -330,9 +330,9 @@ def test_fig09_cells_are_the_csv(simulated, monkeypatch, tmp_path):
               for r in c.itertuples() if {"ci_low", "ci_high"} <= set(c.columns) and np.isfinite(r.ci_low)}
         for (y, x), v in np.ndenumerate(want.filled(np.nan)):
             if np.isfinite(v):
-                assert f"{v:+.0f}%" in printed[(y, x)]
+                assert f"{v:+.0f}" in printed[(y, x)]
                 if (y, x) in ci:
-                    assert f"[{ci[(y, x)][0]:+.0f},{ci[(y, x)][1]:+.0f}]" in printed[(y, x)]
+                    assert f"{ci[(y, x)][0]:.0f}…{ci[(y, x)][1]:.0f}" in printed[(y, x)]
         assert [lab.get_text() for lab in ax.get_yticklabels()] == [str(b) for b in bss]
 
 

@@ -115,8 +115,10 @@ def test_report_names_the_paper_experiment_of_each_standin(tmp_path):
     run_config, prov, claims = minimal("cpu")
     run_config.update(models=cpu["models"], experiments=cpu["experiments"])
     tex = render(TEMPLATES, run_config, prov, claims, [], [])
-    assert r"Stand-ins for the paper's experiments" in tex and r"\texttt{qwen3-8b-thinking}" in tex
-    assert r"Qwen3-\allowbreak{}0.\allowbreak{}6B" in tex
+    # the stand-ins are summarised in the appendix "The CPU engine exercise"
+    appendix = tex[tex.index(r"\section{The CPU engine exercise}"):]
+    assert r"\texttt{qwen3-\allowbreak{}8b-\allowbreak{}thinking}" in appendix and "Stands in for" in appendix
+    assert r"Qwen3-\allowbreak{}0.\allowbreak{}6B" in appendix
     if shutil.which("latexmk"):
         (tmp_path / "r.tex").write_text(tex)
         assert latexmk(tmp_path / "r.tex").read_bytes().startswith(b"%PDF")
@@ -166,20 +168,21 @@ def test_figure_summaries_group_count_and_pick_headlines():
     assert f1012["sections"] == ["fig10_sim_speedup"] and f1012["statement"] == ""
 
 
-def test_summary_up_front_and_claims_table_in_the_appendix():
+def test_verdict_up_front_claims_in_their_sections_and_the_appendix():
     run_config, prov, _ = minimal("gpu")
     tex = render(TEMPLATES, run_config, prov, evaluated_claims(), [], [])
-    summary, run, appendix = (tex.index(r"\section{Summary by figure}"), tex.index(r"\section{What was run}"),
-                              tex.index(r"\section{All claims}"))
-    assert summary < run < appendix and tex.index(r"\appendix") < appendix
-    assert r"\subsection*{Fig. 1: end-to-end speedup}" in tex
+    summary, fig1, run, appendix = (tex.index(r"\section{Verdict}"), tex.index(r"\section{Fig. 1: end-to-end speedup}"),
+                                    tex.index(r"\section{What was run}"), tex.index(r"\section{All claims}"))
+    assert summary < fig1 < run < appendix and tex.index(r"\appendix") < appendix
+    assert r"\textbf{Claims of Fig. 1 {(}end-to-end speedup).}" in tex
     assert r"\textcolor{mid}{consistent, not resolved}" in tex
     assert "1 more claim of this figure in Appendix" in tex
-    # every claim once in the appendix's table, the headline ones also in the summary
-    assert tex[appendix:].count("C1 &") + tex[appendix:].count("C1}") >= 1
+    # every claim in the appendix's table; the headline ones in their figure's section; one per figure up front
     for i in range(1, 7):
         assert f"claim {i}" in tex[appendix:]
-    assert "claim 2" not in tex[summary:run]
+    assert "claim 2" not in tex[summary:run] and "claim 3" in tex[fig1:run]
+    verdict = tex[summary:fig1]
+    assert "claim 1" in verdict and "claim 3" not in verdict  # Fig. 1's first measured headline claim
 
 
 @pytest.mark.skipif(shutil.which("latexmk") is None, reason="latexmk not installed")

@@ -79,14 +79,39 @@ def test_cpu_dag_resolves(tmp_path):
 
 def test_reasoning_only_run_has_no_fig01(tmp_path):
     """A run whose only experiment is a reasoning one (CI's SLURM run) has no Fig. 1 points: no fig01 job,
-    Fig. 3 instead, and the report still planned."""
+    Fig. 3 instead (a stand-in's: with report.standin_figures), and the report still planned."""
     cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
     small = tmp_path / "thinking.yaml"
-    small.write_text(yaml.safe_dump({"experiments": [e for e in cfg["experiments"] if e["name"] == "standin-qwen3-8b-thinking"]}))
+    small.write_text(yaml.safe_dump({"experiments": [e for e in cfg["experiments"] if e["name"] == "standin-qwen3-8b-thinking"],
+                                     "report": {"standin_figures": True}}))
     proc = run_snakemake(["-n", "--configfile", CPU, str(small), "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = planned_jobs(proc.stdout)
     assert jobs["report"] == 1 and jobs["fig03_reasoning"] == 1 and "fig01_speedup" not in jobs
+
+
+def test_cpu_report_leaves_standin_figures_and_thin_per_request_figures_out(tmp_path):
+    """Issue 16: a CPU run's report summarises the stand-ins in one table (their figures only with
+    report.standin_figures: true) and shows no per-request figure of fewer than 8 requests per dataset."""
+    proc = run_snakemake(["-n", "--configfile", CPU, "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = planned_jobs(proc.stdout)
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    smol = next(e for e in cfg["experiments"] if e["name"] == "smollm2")
+    traced = min(smol.get("trace_num_requests") or smol["num_requests"],
+                 min(cfg["datasets"][d]["num_samples"] for d in smol["datasets"]))
+    # the released traces' per-request figures, and the real model's when its traces hold >= 8 requests
+    assert jobs["fig05_acceptance_heatmap"] == jobs["fig07_request_span"] == (2 if traced >= 8 else 1)
+    assert jobs["tab_engine_exercise"] == 1 and "tab_lossless" not in jobs and "fig03_reasoning" not in jobs
+    assert jobs["engine_trace"] >= 10  # every stand-in's trace engines still run (the table checks their counters)
+    every = tmp_path / "every.yaml"
+    every.write_text(yaml.safe_dump({"report": {"standin_figures": True}}))
+    proc = run_snakemake(["-n", "--configfile", CPU, str(every), "--directory", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = planned_jobs(proc.stdout)
+    # each stand-in's engine trace set: its statistics table; its per-request figures not (2 requests per dataset)
+    assert jobs["tab_acceptance_stats"] == 2 + 5 and jobs["fig05_acceptance_heatmap"] == 1 + (traced >= 8)
+    assert jobs["tab_lossless"] == jobs["fig03_reasoning"] == jobs["tab_engine_exercise"] == 1
 
 
 def test_bad_config_stops_before_any_job(tmp_path):

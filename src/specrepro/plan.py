@@ -19,7 +19,7 @@ import pandas as pd
 from .costmodel import load_cost_model
 from .engine import experiment_configs, profiled_datasets, profiled_requests
 from .engine.args import TRACE_K, trace_label
-from .engine.jobs import trace_methods
+from .engine.jobs import trace_methods, trace_num_requests
 
 #: prompt length assumed where a dataset gives none (tokens)
 DEFAULT_PROMPT_TOKENS = 512
@@ -96,7 +96,7 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
             secs, points = 0.0, 0
             for d in none_ds:
                 dcfg = cfg["datasets"][d]
-                n = min(int(exp.get("num_requests") or dcfg["num_samples"]), int(dcfg["num_samples"]))
+                n = min(trace_num_requests(exp), int(dcfg["num_samples"]))
                 cap = int(exp.get("max_output_tokens") or dcfg["max_output_tokens"])
                 out = min(float(dcfg.get("expected_output_tokens") or cap), cap)
                 p = float(dcfg.get("expected_prompt_tokens") or DEFAULT_PROMPT_TOKENS)

@@ -1,8 +1,10 @@
 """The LaTeX report: jinja2 templates -> ``report.tex`` -> latexmk -> ``paper/report.pdf``.
 
-The report reads like an evaluation: first a summary per paper figure (its claims counted by status,
-its headline claims with this run's values and 95 % intervals, the paper's statement, where its figures
-are), then what was run (provenance), the figures and tables, and the full claims table in an appendix.
+The report reads like an evaluation, in the order of :data:`SECTIONS`: a one-page verdict (claims by
+status per paper figure, one headline claim of each against the paper's value), the paper's figures in the
+paper's order (each section opens with its claims, then the evidence: released traces and the simulator,
+then a GPU run's engine measurements), what goes beyond the paper, a real model on CPU (CPU runs), what
+was run (provenance), and the appendices (the CPU engine exercise of the stand-ins; every claim).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -23,11 +26,81 @@ from . import figures as figreg
 from .claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
 from .io import SpecReproError, atomic_path, read_json, write_text
 from .latex import tex_breakable, tex_escape
+from .layout import MIN_REQUESTS, PER_REQUEST
+
+
+#: what the figures of a subject speak for: the paper's claims (released traces, the simulator, a GPU run's
+#: engines), a real model measured on a CPU run (trends only), or a CPU stand-in (tiny random model: the
+#: engine code path only)
+EVIDENCE, CPU_MODEL, STANDIN = "evidence", "cpu model", "stand-in"
+
+#: parts of the report, in order
+VERDICT, PAPER, BEYOND, CPU_PART, RUN, APPENDIX = "verdict", "paper", "beyond", "cpu", "run", "appendix"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: the figures and tables it shows (by spec name, in this order, each of a
+    subject whose role is in ``roles``) and the claims groups it opens with (by figure label)."""
+
+    key: str  #: its LaTeX label, sec:<key>
+    title: str
+    part: str
+    names: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()  #: figure labels of claims groups ("Fig. 5", "Figs. 10, 12")
+    roles: frozenset = frozenset({EVIDENCE})
+    intro: str = ""
+
+
+#: a CPU run's real model: trends first, then its measurements, then (on its own traces) the simulator's bounds
+_ENGINE_FIGURES = ("tab_trends", "fig01_speedup", "fig05_acceptance_heatmap", "fig07_request_span",
+                   "fig11_acceptance_diff", "tab_acceptance_stats", "fig04_breakdown", "fig_costfit", "fig09_engine_bleu",
+                   "fig03_reasoning", "fig10_sim_speedup", "fig12_oracle_combine", "tab_oracle_gap")
+
+#: The report's order. A figure or table is shown in the first section that names it and takes its subject's
+#: role; a new figure is one more name in the ``names`` of its section (or a new Section here). Inside a
+#: section: the released traces' and the simulator's items first, then the engine runs', each in ``names`` order.
+SECTIONS: tuple[Section, ...] = (
+    Section("fig1", "Fig. 1: end-to-end speedup", PAPER, ("fig01_speedup",), ("Fig. 1",)),
+    Section("lossless", "Greedy speculative decoding is lossless", PAPER, ("tab_lossless",)),
+    Section("fig2", "Fig. 2: tree versus chain verification", PAPER, ("fig02_tree", "tab_tree"), ("Fig. 2",)),
+    Section("fig3", "Fig. 3: reasoning workloads", PAPER, ("fig03_reasoning",), ("Fig. 3",)),
+    Section("fig4", "Fig. 4: where the time of a step goes", PAPER, ("fig04_breakdown",), ("Fig. 4",)),
+    Section("memory", "Memory of the drafters", PAPER, ("tab_memory",), ("Memory",)),
+    Section("fig5", "Fig. 5: acceptance by position", PAPER, ("fig05_acceptance_heatmap", "tab_acceptance_stats"),
+            ("Fig. 5",)),
+    Section("fig7", "Fig. 7: acceptance by request", PAPER, ("fig07_request_span",), ("Fig. 7",)),
+    Section("fig9", "Fig. 9: when n-gram beats EAGLE", PAPER, ("fig09_bleu_ngram", "fig09_engine_bleu"), ("Fig. 9",)),
+    Section("fig10", "Fig. 10: fixed k against an oracle (simulated)", PAPER, ("tab_ngram_agreement", "fig10_sim_speedup"),
+            ("Fig. 10",)),
+    Section("fig11", "Fig. 11: where n-gram beats EAGLE", PAPER, ("fig11_acceptance_diff",), ("Fig. 11",)),
+    Section("fig12", "Fig. 12: Oracle Combine", PAPER, ("fig12_oracle_combine", "tab_oracle_gap"),
+            ("Fig. 12", "Figs. 10, 12")),
+    Section("beyond", "Beyond the paper: the upper bound under honest accounting", BEYOND,
+            ("tab_sim_beyond", "fig_sim_beyond")),
+    Section("today", "Beyond the paper: today's engines", BEYOND, ("fig_today", "tab_today")),
+    Section("digitiser", "Check: the paper's figures read independently", BEYOND, ("tab_digitiser",)),
+    Section("sizing", "Check: sizing a GPU run on the released traces", BEYOND, ("tab_sizing_validation",)),
+    Section("trends", "Trend checks", BEYOND, ("tab_trends",)),
+    Section("cpu-model", "A real model on CPU", CPU_PART, _ENGINE_FIGURES, roles=frozenset({CPU_MODEL}),
+            intro="Measured on this CPU run with a small real model and drafters trained by the pipeline, on workloads "
+                  "written to be shaped like the paper's datasets: whether it shows the paper's qualitative trends. "
+                  "It never decides a paper claim."),
+    Section("run", "What was run", RUN, ("tab_engine_jobs", "tab_head_positions", "tab_runtime", "fig_costfit",
+                                         "tab_engine_exercise")),
+    # every other figure of a CPU run's engines (with report.standin_figures: the stand-ins' too): "*" = any name
+    Section("exercise", "The CPU engine exercise", APPENDIX,
+            ("tab_engine_exercise", "tab_engine_jobs", "tab_runtime", "tab_lossless", "tab_memory", "*"),
+            roles=frozenset({CPU_MODEL, STANDIN})),
+)
+
+#: where items and claims no section names go (a new figure before it has its entry): before "What was run"
+OTHER = Section("other", "Further figures and tables", BEYOND, roles=frozenset({EVIDENCE, CPU_MODEL, STANDIN}))
 
 
 @dataclass(frozen=True)
 class Item:
-    """One figure or table section of the report."""
+    """One figure or table of the report."""
 
     spec: figreg.FigureSpec
     subject: str
@@ -35,6 +108,77 @@ class Item:
     path: str  #: relative to the .tex file
     caption: str
     data: str = ""  #: where the numbers come from (the spec's ``data``, naming engine traces as such)
+    role: str = EVIDENCE  #: :data:`EVIDENCE`, :data:`CPU_MODEL` or :data:`STANDIN` (:func:`subject_role`)
+
+
+def subject_role(subject: str, run_config: dict) -> str:
+    """What a subject's figures speak for: a stand-in experiment's engine traces are :data:`STANDIN`; the engine
+    runs (subject ``engine``) and a real model's engine traces are :data:`EVIDENCE` on a GPU run and
+    :data:`CPU_MODEL` on any other; released traces, the simulator and the paper's images are :data:`EVIDENCE`."""
+    info = run_config.get("trace_sets", {}).get(subject) or {}
+    if subject != figreg.ENGINE_SUBJECT and info.get("origin") != "engine":
+        return EVIDENCE
+    exp = subject[len(figreg.ENGINE_SUBJECT) + 1:]
+    if any(e["name"] == exp and e.get("stands_in_for") for e in run_config.get("experiments", [])):
+        return STANDIN
+    return EVIDENCE if run_config.get("run", {}).get("kind") == "gpu" else CPU_MODEL
+
+
+def too_few_requests(run_config: dict) -> dict[str, int]:
+    """Trace sets whose per-request figures the report leaves out: name -> fewest requests of a dataset, where
+    the run config knows it (``trace_sets.<name>.requests``, engine trace sets) and it is below MIN_REQUESTS."""
+    out = {}
+    for name, info in run_config.get("trace_sets", {}).items():
+        counts = (info.get("requests") or {}).values()
+        if counts and min(counts) < MIN_REQUESTS:
+            out[name] = int(min(counts))
+    return out
+
+
+def section_of(item: Item, sections: Sequence[Section] = SECTIONS) -> Section:
+    """The first section that names the item's figure (or ``"*"``) and takes its role; :data:`OTHER` if none does."""
+    return next((s for s in sections if (item.spec.name in s.names or "*" in s.names) and item.role in s.roles), OTHER)
+
+
+def _subject_rank(item: Item, run_config: dict) -> tuple:
+    """Released traces, the simulator and the paper's images first, then the engine runs, then each engine trace
+    set in the config's order of experiments."""
+    if item.role == EVIDENCE and item.subject != figreg.ENGINE_SUBJECT and not item.subject.startswith("engine-"):
+        return (0, 0)
+    if item.subject == figreg.ENGINE_SUBJECT:
+        return (1, 0)
+    names = [e["name"] for e in run_config.get("experiments", [])]
+    exp = item.subject[len(figreg.ENGINE_SUBJECT) + 1:]
+    return (2, names.index(exp) if exp in names else len(names))
+
+
+def layout(items: Sequence[Item], summaries: Sequence[dict], run_config: dict, keep: Sequence[str] = ("run",)) -> list[dict]:
+    """The report's sections in :data:`SECTIONS` order, each with its items (``figures``, evidence first) and the claims
+    blocks of :func:`figure_summaries` it opens with; sections with neither are left out unless in ``keep``.
+    Items and claims groups no section takes go to :data:`OTHER`, before "What was run"."""
+    order = list(SECTIONS)
+    run_at = next(i for i, s in enumerate(order) if s.part == RUN)
+    order.insert(run_at, OTHER)
+    placed: dict[str, dict] = {s.key: {"section": s, "figures": [], "claims": []} for s in order}
+    for it in items:
+        placed[section_of(it).key]["figures"].append(it)
+    for b in summaries:
+        sec = next((s for s in SECTIONS if b["label"] in s.claims), OTHER)
+        placed[sec.key]["claims"].append(b)
+        b["section"] = sec.key
+    out = []
+    for s in order:
+        p = placed[s.key]
+        idx = {n: i for i, n in enumerate(s.names) if n != "*"}
+        p["figures"].sort(key=lambda it: (_subject_rank(it, run_config), idx.get(it.spec.name, len(idx)), it.subject))
+        p["subjects"] = len({it.subject for it in p["figures"]})
+        # the paper's statement: of the figure its claims are about, else of the section's first figure
+        first = [figreg.spec(n) for n in s.names[:1] if n != "*"]
+        p["statement"] = next((b["statement"] for b in p["claims"] if b["statement"]), "") or \
+            (first[0].paper_statement if first and s.part == PAPER else "")
+        if p["figures"] or p["claims"] or s.key in keep:
+            out.append(p)
+    return out
 
 
 def data_source(spec_data: str, info: dict) -> str:
@@ -80,7 +224,7 @@ def build_items(paths: Sequence[str | Path], run_config: dict, tex_dir: Path) ->
         )
         rel = os.path.relpath(Path(p).resolve(), tex_dir.resolve())
         items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt),
-                          data_source(spec.data, info)))
+                          data_source(spec.data, info), subject_role(subject, run_config)))
     items.sort(key=lambda it: (order[it.spec.name], it.subject))
     return items
 
@@ -224,9 +368,12 @@ def figure_summaries(claims: pd.DataFrame, items: Sequence[Item] = ()) -> list[d
         nums = ref_numbers(label)
         sections = [it for it in items if nums and ref_numbers(it.spec.paper_ref) & nums]
         exact = [it for it in sections if ref_numbers(it.spec.paper_ref) == nums]
+        measured = [r for r in head if r["status"] != NOT_MEASURED] or [r for r in recs if r["status"] != NOT_MEASURED]
         out.append({
             "label": label, "title": "; ".join(b["titles"]), "counts": counts, "total": len(recs),
             "rows": [{**r, **claim_cells(r)} for r in shown], "more": len(recs) - len(shown),
+            "headline": {**(measured or head)[0], **claim_cells((measured or head)[0])},
+            "measured": counts[NOT_MEASURED] < len(recs),
             "statement": exact[0].spec.paper_statement if exact else "",
             "sections": list(dict.fromkeys(it.spec.name for it in sections)),
             "order": min(nums) + (0.5 if len(nums) > 1 else 0) if nums else 999,
@@ -276,6 +423,10 @@ def render(
     claim_groups = []
     for group, grp in claims.groupby("group", sort=False):
         claim_groups.append({"name": group, "rows": [{**r, **claim_cells(r)} for r in grp.to_dict("records")]})
+    summaries = figure_summaries(claims, items)
+    standins = standin_rows(run_config)
+    sections = layout(items, summaries, run_config, keep=("run", "exercise") if standins else ("run",))
+    few = {n: k for n, k in too_few_requests(run_config).items() if subject_role(n, run_config) != STANDIN}
     return env.get_template(template).render(
         run=run_config["run"],
         config=run_config,
@@ -285,11 +436,16 @@ def render(
         status_counts=status_counts,
         statuses={"reproduced": REPRODUCED, "consistent": CONSISTENT, "not_reproduced": NOT_REPRODUCED,
                   "not_measured": NOT_MEASURED},
-        summaries=figure_summaries(claims, items),
+        summaries=summaries,
+        sections=sections,
         items=items,
         inputs=inputs,
         not_run=methods_not_run(run_config),
-        standins=standin_rows(run_config),
+        standins=standins,
+        standin_figures=bool((run_config.get("report") or {}).get("standin_figures")),
+        few_requests=[{"label": run_config["trace_sets"][n].get("label", n), "requests": k} for n, k in few.items()],
+        min_requests=MIN_REQUESTS,
+        per_request=[figreg.spec(n).title for n in PER_REQUEST],
     )
 
 
@@ -337,5 +493,44 @@ def build_report(
     text = render(template_dir, run_config, prov.collect(repo), claims, items, inputs)
     write_text(tex_out, text)
     pdf = latexmk(tex_out)
+    try:
+        problems = layout_problems(tex_out)
+    except ImportError:  # pypdf (the test extra) reads the pages; without it the log's check alone
+        from .layout import overfull_boxes
+
+        problems = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in
+                    overfull_boxes(tex_out.with_suffix(".log").read_text(errors="replace"))]
+    for line in problems:
+        print(f"layout: {line}", file=sys.stderr)
     with atomic_path(pdf_out) as tmp:
         shutil.copyfile(pdf, tmp)
+
+
+#: most pages of a report's body (before the appendices)
+MAX_BODY_PAGES = 25
+
+
+def page_counts(tex: str | Path) -> tuple[int | None, int]:
+    """(body pages: those before the appendices, all pages) of a compiled report."""
+    from pypdf import PdfReader
+
+    from .layout import label_page
+
+    tex = Path(tex)
+    start = label_page(tex.with_suffix(".aux").read_text(errors="replace"), "appendix")
+    return (start - 1 if start else None), len(PdfReader(str(tex.with_suffix(".pdf"))).pages)
+
+
+def layout_problems(tex: str | Path) -> list[str]:
+    """What a reader would see as wrong in a compiled report: lines or tables wider than the text
+    (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, a body longer than MAX_BODY_PAGES."""
+    from .layout import MIN_PAGE_FILL, overfull_boxes, sparse_pages
+
+    tex = Path(tex)
+    out = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in overfull_boxes(tex.with_suffix(".log").read_text(errors="replace"))]
+    out += [f"page {p.page} is {100 * p.fill:.0f} % filled (< {100 * MIN_PAGE_FILL:.0f} %) and has no figure"
+            for p in sparse_pages(tex.with_suffix(".pdf"))]
+    body, _ = page_counts(tex)
+    if body is not None and body > MAX_BODY_PAGES:
+        out.append(f"the body is {body} pages (at most {MAX_BODY_PAGES})")
+    return out

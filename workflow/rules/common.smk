@@ -25,6 +25,7 @@ from specrepro.engine import jobs as _jobs  # noqa: E402
 from specrepro.engine.args import TRACE_K, TRACEABLE, trace_label  # noqa: E402
 from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, trace_image as _trace_image, used_images as _used_images  # noqa: E402
 from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
+from specrepro.layout import MIN_REQUESTS, PER_REQUEST  # noqa: E402
 
 
 def stop(message):
@@ -355,15 +356,35 @@ def variant_inputs(wc):
 def acceptance_targets(traceset):
     # the difference heatmap needs two proposers
     names = [n for n in ACCEPTANCE_FIGURES if n != "fig11_acceptance_diff" or len(TRACE_SETS[traceset]["proposers"]) > 1]
+    # a per-request figure of fewer than MIN_REQUESTS requests per dataset shows nothing: left out (the report says so)
+    if min((TRACE_SETS[traceset].get("requests") or {"": MIN_REQUESTS}).values()) < MIN_REQUESTS:
+        names = [n for n in names if n not in PER_REQUEST]
     out = [f"figures/{name}-{traceset}.pdf" for name in names]
     out += [f"figures/{name}-{traceset}.tex" for name in ACCEPTANCE_TABLES]
     return out
+
+
+# The report (workflow/rules/report.smk; order: specrepro.report.SECTIONS). A CPU run's stand-ins (experiments with
+# stands_in_for) are summarised in one appendix table (tab_engine_exercise); their figures join the report only
+# with report.standin_figures: true. Every figure target stays buildable on its own.
+STANDIN_FIGURES = bool((config.get("report") or {}).get("standin_figures"))
+
+
+def standin_experiments():
+    return [x for x, e in EXPERIMENTS.items() if e.get("stands_in_for")]
+
+
+def figure_experiments():
+    """Experiments the engine figures of subject "engine" draw: all, or without the stand-ins (see above)."""
+    return [x for x in EXPERIMENTS if STANDIN_FIGURES or x not in standin_experiments()]
 
 
 def report_figures():
     """Every figure and table the report shows, for this config."""
     out = []
     for ts in TRACE_SETS:
+        if TRACE_SETS[ts]["origin"] == "engine" and ts[len("engine-"):] not in figure_experiments():
+            continue
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
@@ -447,7 +468,8 @@ def resolved_config():
     cfg["config_hash"] = config_hash(config)
     cfg["trace_sets"] = {k: {kk: vv for kk, vv in v.items() if kk != "files"} for k, v in TRACE_SETS.items()}
     if EXPERIMENTS:
-        kind = "CPU, tiny locally built models: not evidence for the paper" if RUN["kind"] != "gpu" else "GPU"
+        tiny = "the real model only" if standin_experiments() and not STANDIN_FIGURES else "tiny locally built models"
+        kind = f"CPU, {tiny}: not evidence for the paper" if RUN["kind"] != "gpu" else "GPU"
         cfg["subjects"] = {"engine": {"label": f"engine runs ({kind})"}}
     if DIGITISE:
         cfg.setdefault("subjects", {})["paper"] = {"label": "the paper's figure images"}
@@ -639,6 +661,7 @@ for _x in EXPERIMENTS:
     if _methods:
         _ds = _jobs.trace_datasets(config, _x)
         TRACE_SETS[f"engine-{_x}"] = {
+            "requests": _jobs.trace_requests(config, _x),
             "label": EXPERIMENTS[_x].get("label") or f"{_x} engine run ({RUN['kind'].upper()})",
             "origin": "engine",
             "model": EXPERIMENTS[_x]["model"],
@@ -656,7 +679,7 @@ def engine_targets():
         return []
     names = ["tab_lossless.tex", "tab_memory.tex", "tab_runtime.tex", "tab_engine_jobs.tex"]
     # Fig. 1 plots the non-reasoning chain experiments: a run of reasoning experiments only has none
-    if all_bench_points(thinking=False, tree=False):
+    if figure_bench_points():
         names.insert(0, "fig01_speedup.pdf")
     if any(e.get("thinking") for e in EXPERIMENTS.values()):
         names.append("fig03_reasoning.pdf")
@@ -668,7 +691,17 @@ def engine_targets():
         names += ["fig02_tree.pdf", "tab_tree.tex"]
     if TREND_EXPERIMENTS:
         names.append("tab_trends.tex")
+    if standin_experiments():
+        if not STANDIN_FIGURES:  # the real CPU model keeps its speedup figure, the cost fit and its trend table
+            names = [n for n in names if n in ("fig01_speedup.pdf", "fig_costfit.pdf", "tab_trends.tex")]
+        names.append("tab_engine_exercise.tex")
     return [f"figures/{n.replace('.', '-engine.')}" for n in names]
+
+
+def figure_bench_points():
+    """Fig. 1's points: the non-reasoning chain experiments of :func:`figure_experiments`."""
+    shown = set(figure_experiments())
+    return [p for p in all_bench_points(thinking=False, tree=False) if p.split("/")[2] in shown]
 
 
 def engine_records():

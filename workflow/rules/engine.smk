@@ -206,7 +206,7 @@ rule speedup_metrics:
 rule fig01_speedup:
     input:
         config=RUN_CONFIG,
-        points=all_bench_points(thinking=False, tree=False),
+        points=figure_bench_points(),
     output:
         pdf="figures/fig01_speedup-engine.pdf",
         csv="figures/fig01_speedup-engine.csv",
@@ -217,6 +217,27 @@ rule fig01_speedup:
     shell:
         "specrepro figure fig01_speedup --run-config {input.config} --subject engine --points {input.points:q}"
         " --csv {output.csv} -o {output.pdf} 2> {log}"
+
+
+rule tab_engine_exercise:
+    """Every engine configuration: ran / refused / GPU-only, lossless, counters consistent, points, seconds."""
+    input:
+        config=RUN_CONFIG,
+        points=all_bench_points(),
+        records=[p.replace(".parquet", ".json") for p in all_bench_points()],
+        # the trace jobs' checks of every engine trace set of this run (none where the no-SD job failed)
+        traces=[f"results/engine/{x}/traces/{m}.check.json" for x in EXPERIMENTS if f"engine-{x}" in TRACE_SETS
+                for m in engine_trace_methods(x)],
+    output:
+        tex="figures/tab_engine_exercise-engine.tex",
+        csv="figures/tab_engine_exercise-engine.csv",
+    log:
+        "logs/figures/tab_engine_exercise-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_engine_exercise --run-config {input.config} --subject engine --points {input.points:q}"
+        " --records {input.records:q} --traces {input.traces:q} --csv {output.csv} -o {output.tex} 2> {log}"
 
 
 rule fig03_reasoning:

@@ -180,6 +180,19 @@ def trace_datasets(cfg: Mapping[str, Any], exp_name: str) -> list[str]:
     return [d for d in exp["datasets"] if d in base]
 
 
+def trace_num_requests(exp: Mapping[str, Any]) -> int:
+    """Requests per dataset an experiment's acceptance traces take: ``trace_num_requests``, else its
+    ``num_requests`` (a dataset with fewer prompts gives all of them)."""
+    return int(exp.get("trace_num_requests") or exp.get("num_requests") or 10**9)
+
+
+def trace_requests(cfg: Mapping[str, Any], exp_name: str) -> dict[str, int]:
+    """Requests each dataset of an experiment's engine trace set holds: :func:`trace_num_requests`, at most the
+    dataset's ``num_samples``."""
+    exp = _experiments(cfg)[exp_name]
+    return {d: min(trace_num_requests(exp), int(cfg["datasets"][d]["num_samples"])) for d in trace_datasets(cfg, exp_name)}
+
+
 def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
     """The spec (JSON object) of ``specrepro engine-trace``: the experiment's engine and image, one method,
     ``k = TRACE_K`` drafts, every dataset of its no-SD run at batch size 1 (``engine.trace_env`` on top of
@@ -196,7 +209,7 @@ def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
         "k": TRACE_K,
         "datasets": {d: max_output(cfg, exp, d) for d in trace_datasets(cfg, exp_name)},
         "batch_sizes": [1],
-        "num_requests": int(exp.get("num_requests") or 10**9),
+        "num_requests": trace_num_requests(exp),
         "engine": {**engine, **SYNC_SCHEDULING},
         "tensor_parallel_size": int(model.get("tensor_parallel_size", 1)),
         "drafter": _spec_drafter(cfg, exp, method),

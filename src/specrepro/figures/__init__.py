@@ -14,7 +14,7 @@ from pathlib import Path
 from . import style as _style
 from ..engine.trees import experiment_engine, tree_study
 
-#: modules of this package that define a figure or table, in report order
+#: modules of this package that define a figure or table (the report's order is specrepro.report.SECTIONS)
 MODULES = (
     "acceptance_heatmap",
     "acceptance_diff",
@@ -37,6 +37,7 @@ MODULES = (
     "engine_lossless",
     "engine_runtime",
     "engine_jobs",
+    "engine_exercise",
     "engine_bleu",
     "engine_breakdown",
     "engine_memory",

@@ -50,7 +50,7 @@ def build(args, ctx: TraceContext) -> None:
         diff = position_matrix(positions, ds, first, rows, max_pos) - position_matrix(positions, ds, second, rows, max_pos)
         image = ax.imshow(diff, aspect="auto", cmap=cmap, vmin=-vmax, vmax=vmax, interpolation="nearest",
                           extent=(0, max_pos, len(rows), 0))
-        ax.set_title(ctx.dataset_label(ds))
+        style.panel_title(ax, ctx.dataset_label(ds))
         ax.set_xlabel("Generated token position")
         if j == 0:
             ax.set_ylabel("Request (by length)")

@@ -56,7 +56,7 @@ def build(args, ctx: TraceContext) -> None:
                 m, aspect="auto", cmap=cmap, vmin=0, vmax=vmax, interpolation="nearest",
                 extent=(0, max_pos, len(rows), 0),
             )
-            ax.set_title(f"{ctx.dataset_label(ds)}, {ctx.proposer_label(prop)}")
+            style.panel_title(ax, f"{ctx.dataset_label(ds)}, {ctx.proposer_label(prop)}")
             if i == len(proposers) - 1:
                 ax.set_xlabel("Generated token position")
             if j == 0:

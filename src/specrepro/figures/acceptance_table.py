@@ -45,7 +45,9 @@ def _ci(row, col: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
 def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:
     """A booktabs tabular; numbers rounded for reading, the CSV keeps full precision."""
     lines = [
-        r"\begin{tabular}{llrrrrrrr}",
+        # dataset and proposer labels wrap (a CPU run's are long: "code editing (InstructCoder-shaped)")
+        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.15\textwidth}>{\raggedright\arraybackslash}p{0.13\textwidth}"
+        r"rrrrrrr@{}}",
         r"\toprule",
         r"Dataset & Proposer & Requests & Positions & Mean & Median & P90 & Req.\ median & Wins \\",
         r"\midrule",

@@ -75,7 +75,7 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_xticks(range(nb))
         ax.set_xticklabels([f"{args.edges[k]:.1f}-{args.edges[k + 1]:.1f}\n({int(counts.get(k, 0))})"
                             for k in range(nb)], fontsize=5)
-        ax.set_title(f"{exp} · {ctx.dataset_label(ds)}\n{cfg} vs {sub['reference'].iloc[0]}")
+        style.panel_title(ax, f"{exp} · {ctx.dataset_label(ds)}\n{cfg} vs {sub['reference'].iloc[0]}")
         ax.set_xlabel("BLEU-4 (output vs prompt)")
         if n % ncols == 0:
             ax.set_ylabel("n-gram vs EAGLE (%)")
@@ -83,6 +83,6 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_axisbelow(True)
         ax.legend(fontsize=5, frameon=False)
     if ctx.run_kind != "gpu":
-        fig.text(0.0, -0.01, f"{ctx.run_kind.upper()} run (tiny models): not evidence for the paper.", ha="left",
+        fig.text(0.0, -0.01, f"{ctx.run_kind.upper()} run (tiny or small models on CPU): not evidence for the paper.", ha="left",
                  va="top", fontsize=6, color="#444444")
     style.save_pdf(fig, args.output)

@@ -187,7 +187,7 @@ def footnote(t: pd.DataFrame, kind: str) -> str:
     note = (f"Clock: {', '.join(what.get(c, c) for c in clocks)}. {int(t['points'].sum())} profiled points, "
             f"{int(t['steps'].sum())} engine steps.")
     if kind != "gpu":
-        note = f"{kind.upper() or 'Unknown'} run (tiny models): not evidence for the paper. " + note
+        note = f"{kind.upper() or 'Unknown'} run (tiny or small models on CPU): not evidence for the paper. " + note
     return note
 
 
@@ -244,7 +244,7 @@ def build(args, ctx: TraceContext) -> None:
             ax.set_ylabel("Share of step time")
         title = labels.get(exp, exp)
         title = f"{title} ({exp})" if title in shared else title
-        ax.set_title(f"{title}\n{ctx.dataset_label(ds)}")
+        style.panel_title(ax, f"{title}\n{ctx.dataset_label(ds)}")
         ax.set_axisbelow(True)
         ax.grid(True, axis="y", linestyle="--", linewidth=0.3, color="#bbbbbb")
     for idx in range(len(panels), nrows * ncols):

@@ -165,7 +165,8 @@ def _notes(t: pd.DataFrame, run_config: dict) -> list[str]:
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext, run_kind: str, run_config: dict | None = None) -> str:
     lines = [
-        r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.14\textwidth} >{\raggedright\arraybackslash}p{0.2\textwidth} ll l@{}}",
+        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.13\textwidth} >{\raggedright\arraybackslash}p{0.14\textwidth}"
+        r" >{\raggedright\arraybackslash}p{0.14\textwidth} >{\raggedright\arraybackslash}p{0.2\textwidth} ll l@{}}",
         r"\toprule",
         r"Exp. & Config. & image (engine) & paper's engine (deviation) & ran & bench & profiled \\",
         r"\midrule",

@@ -62,7 +62,9 @@ def _short(text: str) -> str:
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
     lines = [
-        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.11\textwidth}l r rr l r >{\raggedright\arraybackslash}p{0.15\textwidth}@{}}",
+        # experiment, configuration, the per-position rates and the error wrap
+        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.11\textwidth}>{\raggedright\arraybackslash}p{0.13\textwidth} r rr"
+        r" >{\raggedright\arraybackslash}p{0.1\textwidth} r >{\raggedright\arraybackslash}p{0.13\textwidth}@{}}",
         r"\toprule",
         r"Exp. & Config. & identical & acc.\ len. & acc.\ rate & per position & failed & first error \\",
         r"\midrule",

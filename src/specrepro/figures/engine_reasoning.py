@@ -94,7 +94,7 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_xticklabels([str(b) for b in bss])
         ax.grid(True, axis="y", linestyle="--", linewidth=0.3, color="#bbbbbb")
         ax.set_axisbelow(True)
-        ax.set_title(f"{exp['model_label']} (thinking)\n{ctx.dataset_label(ds)}")
+        style.panel_title(ax, f"{exp['model_label']} (thinking)\n{ctx.dataset_label(ds)}")
         ax.set_xlabel("Batch size")
         if n % ncols == 0:
             ax.set_ylabel("Throughput (tokens/s)")

@@ -107,7 +107,9 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
     unit = "GPU-hours" if ctx.run_kind == "gpu" else "CPU-hours"
     gpu = ctx.run_kind == "gpu"
     lines = [
-        r"\begin{tabular}{@{}ll >{\raggedright\arraybackslash}p{0.15\textwidth} rr rr r rr@{}}",
+        # experiment, configuration and device wrap (long names and labels would run past the margin)
+        r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.12\textwidth} >{\raggedright\arraybackslash}p{0.14\textwidth}"
+        r" >{\raggedright\arraybackslash}p{0.12\textwidth} rr rr r rr@{}}",
         r"\toprule",
         f"Exp. & Config. & device & points & failed & timed (s) & load (s) & {unit} & plan (h) & job (h) \\\\",
         r"\midrule",

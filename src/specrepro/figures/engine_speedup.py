@@ -75,14 +75,15 @@ def footnote(t, kind: str) -> str:
     total, failed = int(t["points"].sum()), int(t["failed"].sum())
     note = f"{failed} of {total} points failed and are excluded."
     if kind != "gpu":
-        note = f"{kind.upper() or 'Unknown'} run (tiny models): not evidence for the paper. " + note
+        note = f"{kind.upper() or 'Unknown'} run (tiny or small models on CPU): not evidence for the paper. " + note
     return note
 
 
 def build(args, ctx: TraceContext) -> None:
     style.apply()
     points = load_points(args.points)
-    rows = panels(ctx, thinking=False)
+    # the experiments of the points given (a CPU run's report leaves its stand-ins out of Fig. 1)
+    rows = [r for r in panels(ctx, thinking=False) if r[0]["name"] in set(points["exp"])]
     if not rows:
         raise SpecReproError("the run config has no experiment without thinking: nothing for Fig. 1")
     names = [e["name"] for e, _ in rows]
@@ -130,7 +131,7 @@ def build(args, ctx: TraceContext) -> None:
                 ax.set_xticklabels([str(b) for b in bss])
             ax.grid(True, linestyle="--", linewidth=0.3, color="#bbbbbb")
             ax.set_axisbelow(True)
-            ax.set_title(f"{exp['model_label']}\n{ctx.dataset_label(ds)}")
+            style.panel_title(ax, f"{exp['model_label']}\n{ctx.dataset_label(ds)}")
             ax.set_xlabel("Batch size")
             if j == 0:
                 ax.set_ylabel("Speedup")

@@ -54,8 +54,8 @@ def build(args, ctx: TraceContext) -> None:
         for patch, p in zip(bp["boxes"], proposers):
             patch.set_facecolor(style.method_color(p))
             patch.set_edgecolor("#333333")
-        ax.set_xticks(positions, [ctx.proposer_label(p) for p in proposers])
-        ax.set_title(ctx.dataset_label(ds))
+        ax.set_xticks(positions, style.wrap_labels(ax, [ctx.proposer_label(p) for p in proposers]))
+        style.panel_title(ax, ctx.dataset_label(ds))
         ax.set_ylim(bottom=0)
         ax.grid(axis="y", linewidth=0.3, color="#cccccc")
         ax.set_axisbelow(True)

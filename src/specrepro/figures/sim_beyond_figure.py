@@ -53,7 +53,7 @@ def build(args, ctx: TraceContext) -> None:
                 ax.plot(s["batch_size"], s["speedup"], color=color, linestyle=ls, marker=marker, markersize=3.5,
                         label=label)
         bs_axis(ax, sorted(t["batch_size"].unique()))
-        ax.set_title(ctx.dataset_label(ds))
+        style.panel_title(ax, ctx.dataset_label(ds))
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")

@@ -22,8 +22,8 @@ SPEC = FigureSpec(
         "Simulated throughput of n-gram over EAGLE (k = 3), in percent, for requests grouped by the token-level "
         "BLEU-4 of their output against their prompt ({subject_label}; all requests of each trace, each "
         "simulated as a batch of B copies in paper mode). A cell is the ratio of mean throughputs over its "
-        "requests; n under each bucket counts them; in brackets its 95 % bootstrap interval over those requests "
-        "(paired: both proposers on the same requests). Top row: n-gram k = 3; bottom row: k = 5."
+        "requests; n under each bucket counts them; below the value, low…high, its 95 % bootstrap interval over those "
+        "requests (paired: both proposers on the same requests). Top row: n-gram k = 3; bottom row: k = 5."
     ),
     paper_statement=(
         "The more the output copies the prompt, the better n-gram does: on InstructCoder (Llama-3.1-8B, engine "
@@ -102,16 +102,17 @@ def build(args, ctx: TraceContext) -> None:
                 if np.isfinite(v):
                     color = "white" if abs(v) > 0.6 * vmax else "black"
                     has_ci = np.isfinite(lo[y, x]) and np.isfinite(hi[y, x])
-                    ax.text(x, y - (0.12 if has_ci else 0), f"{v:+.0f}%", ha="center", va="center", fontsize=5.5,
+                    ax.text(x, y - (0.12 if has_ci else 0), f"{v:+.0f}", ha="center", va="center", fontsize=5.5,
                             color=color)
                     if has_ci:
-                        ax.text(x, y + 0.22, f"[{lo[y, x]:+.0f},{hi[y, x]:+.0f}]", ha="center", va="center",
+                        # "low…high" without signs of positive bounds: narrower than a cell (brackets and signs were not)
+                        ax.text(x, y + 0.22, f"{lo[y, x]:.0f}…{hi[y, x]:.0f}", ha="center", va="center",
                                 fontsize=3.6, color=color)
             ax.set_yticks(range(len(bss)), [str(b) for b in bss])
             ax.set_xticks(range(nb), [f"{args.bleu_edges[k]:.1f}-{args.bleu_edges[k + 1]:.1f}\nn={counts[k]}"
                                       for k in range(nb)], fontsize=5, rotation=45, ha="right",
                           rotation_mode="anchor")
-            ax.set_title(f"{ctx.dataset_label(ds)}, k={pol.split('-')[-1]}")
+            style.panel_title(ax, f"{ctx.dataset_label(ds)}, k={pol.split('-')[-1]}")
             if j == 0:
                 ax.set_ylabel("Batch size")
             if i == len(args.ngram_policies) - 1:

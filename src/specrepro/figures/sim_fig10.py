@@ -62,7 +62,7 @@ def build(args, ctx: TraceContext) -> None:
                     ax.scatter(*zip(*pts), s=28, facecolors="none", edgecolors="black", linewidths=0.6, zorder=5,
                                label="paper" if pol == "oracle" else None)
             bs_axis(ax, sorted(df["batch_size"].unique()))
-            ax.set_title(f"{'n-gram' if prop == 'ngram' else 'EAGLE'}, {ctx.dataset_label(ds)}")
+            style.panel_title(ax, f"{'n-gram' if prop == 'ngram' else 'EAGLE'}, {ctx.dataset_label(ds)}")
             if i == len(PROPOSERS) - 1:
                 ax.set_xlabel("Batch size")
             if j == 0:

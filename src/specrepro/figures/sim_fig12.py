@@ -60,7 +60,7 @@ def build(args, ctx: TraceContext) -> None:
             ax.scatter(*zip(*pts), s=34, facecolors="none", edgecolors="black", linewidths=0.6, zorder=5,
                        label="paper (Combine)")
         bs_axis(ax, sorted(df["batch_size"].unique()))
-        ax.set_title(ctx.dataset_label(ds))
+        style.panel_title(ax, ctx.dataset_label(ds))
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")

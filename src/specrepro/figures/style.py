@@ -61,14 +61,53 @@ def dataset_row(n: int, height: float):
     return fig, list(axes[0])
 
 
+def panel_title(ax, text: str, **kw) -> None:
+    """``ax.set_title`` with each line wrapped to the panel's width, so titles of neighbouring panels never run
+    into each other (long dataset or model labels in narrow panels)."""
+    import textwrap
+
+    size = plt.rcParams["axes.titlesize"]
+    chars = _panel_chars(ax, size if isinstance(size, (int, float)) else plt.rcParams["font.size"])
+    ax.set_title("\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in str(text).split("\n")), **kw)
+
+
+def _panel_chars(ax, size: float, parts: int = 1) -> int:
+    """Characters of a ``size``-point text that fit in 1/``parts`` of the panel's width."""
+    fig = ax.get_figure()
+    spec = ax.get_subplotspec()
+    # the panel's share of the figure's width (its columns of the grid), less the gaps between panels
+    share = ((spec.colspan.stop - spec.colspan.start) / spec.get_gridspec().ncols) if spec else ax.get_position().width
+    width_pt = 0.9 * share * fig.get_figwidth() * 72 / parts
+    return max(6, int(width_pt / (0.55 * size)))  # DejaVu Sans: about 0.55 em a character
+
+
+def wrap_labels(ax, labels, size: float | None = None) -> list[str]:
+    """Tick labels wrapped so that ``len(labels)`` of them fit side by side in the panel's width."""
+    import textwrap
+
+    size = size or plt.rcParams["xtick.labelsize"]
+    chars = _panel_chars(ax, size if isinstance(size, (int, float)) else plt.rcParams["font.size"], len(labels) or 1)
+    return [textwrap.fill(str(x), chars, break_on_hyphens=False) for x in labels]
+
+
 def apply() -> None:
     """Set the shared rcParams (idempotent)."""
     plt.rcParams.update(RC)
 
 
 def save_pdf(fig, output: str | os.PathLike) -> None:
-    """Save a vector PDF atomically with no timestamps, so identical data give identical bytes."""
+    """Save a vector PDF atomically with no timestamps, so identical data give identical bytes; refuse a figure
+    whose texts are drawn over each other (:func:`specrepro.layout.text_overlaps`)."""
+    from ..io import SpecReproError
+    from ..layout import text_overlaps
+
     output = Path(output)
+    clash = text_overlaps(fig)
+    if clash:
+        plt.close(fig)
+        a, b = clash[0]
+        raise SpecReproError(f"{output.name}: texts drawn over each other: {a!r} and {b!r} ({len(clash)} pair(s));"
+                             " shorten them or give the figure more room in its module (specrepro.figures)")
     with atomic_path(output) as tmp:
         fig.savefig(tmp, format="pdf", metadata={"CreationDate": None, "ModDate": None, "Producer": None,
                                                   "Creator": "specrepro"}, bbox_inches="tight", pad_inches=0.02)

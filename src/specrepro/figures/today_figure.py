@@ -73,7 +73,7 @@ def build(args, ctx: TraceContext) -> None:
                          alpha=0.12)
         bs_axis(ax, sorted(t["batch_size"].unique()))
         ax.axhline(1.0, color="#444444", linewidth=0.5)
-        ax.set_title(ctx.dataset_label(ds))
+        style.panel_title(ax, ctx.dataset_label(ds))
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")
