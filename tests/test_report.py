@@ -103,7 +103,7 @@ def test_report_names_the_paper_experiment_of_each_standin(tmp_path):
     cpu = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
     rows = {r["experiment"]: r for r in standin_rows(cpu)}
     assert {r["stands_in_for"] for r in rows.values()} == {
-        "llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"}
+        "llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air", "llama3.1-8b-today"}
     l70 = next(r for r in rows.values() if r["stands_in_for"] == "llama3-70b")
     assert l70["shaped_like"] == "meta-llama/Meta-Llama-3-70B-Instruct"
     assert "draft_model: meta-llama/Llama-3.2-1B-Instruct" in l70["drafters"]
