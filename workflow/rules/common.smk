@@ -361,6 +361,8 @@ def report_figures():
         out += acceptance_targets(ts)
     for ts in SIM_TRACE_SETS:
         out += simulator_targets(ts)
+    # per-model cost models and upper bounds (workflow/rules/upperbounds.smk)
+    out += costfit_targets() + upper_bound_targets()
     return out + engine_targets() + DIGITISE_TARGETS + SIZING_TARGETS
 
 
@@ -371,6 +373,7 @@ def metrics_files():
         out += ["results/metrics/engine.json", "results/metrics/engine-memory.json"]
     if TREE_EXPERIMENTS:
         out.append("results/metrics/engine-tree.json")
+    out += [f"results/metrics/engine-sim-{x}.json" for x in UPPER_BOUND_EXPERIMENTS]
     return out + (["results/metrics/engine-breakdown.json"] if PROFILE_JOBS else [])
 
 
@@ -655,7 +658,7 @@ def engine_targets():
     if any(e.get("thinking") for e in EXPERIMENTS.values()):
         names.append("fig03_reasoning.pdf")
     if PROFILE_JOBS:
-        names += ["fig04_breakdown.pdf", "fig_costfit.pdf"]
+        names.append("fig04_breakdown.pdf")
     if any({"ngram", "eagle"} <= m or {"ngram", "eagle3"} <= m for m in (set(c["method"] for c in exp_configs(x).values()) for x in EXPERIMENTS)):
         names.append("fig09_engine_bleu.pdf")
     if TREE_EXPERIMENTS:
