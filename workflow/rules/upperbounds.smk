@@ -6,46 +6,6 @@
 #   results/simulator/engine-<exp>/closed_loop.csv   specrepro.engine.closedloop (simulated vs measured, same key)
 
 
-def upper_bound_methods(exp):
-    """The experiment's traced methods the simulator models (n-gram and model-based drafters), in trace-set order."""
-    from specrepro.engine.modelfit import DRAFTERS, LOOKUP
-
-    ts = TRACE_SETS.get(f"engine-{exp}")
-    return [m for m, _ in ts["proposers"] if m == LOOKUP or m in DRAFTERS] if ts else []
-
-
-# experiments with an engine trace set the simulator can use; experiments whose cost model the run fits
-UPPER_BOUND_EXPERIMENTS = [x for x in EXPERIMENTS if upper_bound_methods(x)]
-COSTFIT_EXPERIMENTS = [x for x in EXPERIMENTS if x in UPPER_BOUND_EXPERIMENTS or any(px == x for px, _ in PROFILE_JOBS)]
-UPPER_BOUND_OUTPUTS = ["tab_closed_loop.tex", "fig_closed_loop.pdf", "fig10_sim_engine.pdf", "fig12_sim_engine.pdf",
-                       "tab_sim_engine.tex"]
-
-
-def upper_bound_targets():
-    """Per experiment with traces: the closed loop first (its error), then its upper bounds (report order)."""
-    return [f"figures/{n.replace('.', f'-engine-{x}.')}" for x in UPPER_BOUND_EXPERIMENTS for n in UPPER_BOUND_OUTPUTS]
-
-
-def costfit_targets():
-    return ["figures/fig_costfit-engine.pdf", "figures/tab_costfit-engine.tex"] if COSTFIT_EXPERIMENTS else []
-
-
-def exp_profile_jobs(exp):
-    return [c for x, c in PROFILE_JOBS if x == exp]
-
-
-def exp_trace_files(exp):
-    ts = TRACE_SETS[f"engine-{exp}"]
-    return [ts["files"][d] for d in ts["datasets"]]
-
-
-def ngram_trace_inputs(wc):
-    """The n-gram trace job's own file and check record (n-gram's match probability), when n-gram is traced."""
-    if "ngram" not in upper_bound_methods(wc.exp):
-        return []
-    return [f"results/engine/{wc.exp}/traces/ngram.jsonl", f"results/engine/{wc.exp}/traces/ngram.check.json"]
-
-
 rule fit_cost_model:
     """One experiment's cost model (target, each drafter, n-gram, overhead) from its own profiled steps; from its
     benchmark wall times when it has no profiled pass (reasoning runs)."""
