@@ -264,3 +264,14 @@ def test_simulated_points_run_the_measured_requests_only(tmp_path):
     assert sim.iloc[0]["simulated"] == pytest.approx(ref.iloc[0]["speedup"], rel=1e-12)
     out = closedloop.join(sim, meas)
     assert len(out) == 1 and out.iloc[0]["error"] == pytest.approx(ref.iloc[0]["speedup"] / 1.5 - 1)
+
+
+def test_repeat_spread_compares_the_same_point_timed_twice():
+    pts = pd.DataFrame({"config": ["none", "none", "ngram-k3"], "dataset": "d", "request_index": [0, 1, 0],
+                        "batch_size": 1, "status": "ok", "wall_s": [1.1, 2.0, 5.0]})
+    bd = pd.DataFrame({"config": ["none", "none"], "dataset": "d", "request_index": [0, 1], "batch_size": 1,
+                       "wall_s": [1.0, 2.5]})
+    r = closedloop.repeat_spread(pts, bd)
+    assert r["repeat_points"] == 2
+    assert r["repeat_median_abs"] == pytest.approx((0.1 + 0.2) / 2) and r["repeat_max_abs"] == pytest.approx(0.2)
+    assert closedloop.repeat_spread(pts, pd.DataFrame()) == {}

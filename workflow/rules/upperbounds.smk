@@ -78,6 +78,7 @@ rule closed_loop:
         cost="results/engine/{exp}/cost_model.yaml",
         report="results/engine/{exp}/cost_model.json",
         schedule="results/simulator/engine-{exp}/schedule.json",
+        breakdowns=lambda wc: [f"results/engine/{wc.exp}/profile/{c}.breakdown.csv" for c in exp_profile_jobs(wc.exp)],
     output:
         table="results/simulator/engine-{exp}/closed_loop.csv",
         summary="results/simulator/engine-{exp}/closed_loop.json",
@@ -85,6 +86,7 @@ rule closed_loop:
         methods=lambda wc: " ".join(upper_bound_methods(wc.exp)),
         seed=SIM.get("seed", 42),
         kind=RUN["kind"],
+        breakdowns=lambda wc, input: " ".join(repr(p) for p in input.breakdowns),
     wildcard_constraints:
         exp=name_regex(UPPER_BOUND_EXPERIMENTS),
     log:
@@ -94,7 +96,8 @@ rule closed_loop:
     shell:
         "specrepro closed-loop --exp {wildcards.exp} --points {input.points:q} --prompts {input.prompts:q}"
         " --traces {input.traces:q} --methods {params.methods} --cost-model {input.cost:q} --fit-report {input.report:q}"
-        " --schedule {input.schedule:q} --seed {params.seed} --run-kind {params.kind} -o {output.table:q}"
+        " --schedule {input.schedule:q} --breakdowns {params.breakdowns} --seed {params.seed} --run-kind {params.kind}"
+        " -o {output.table:q}"
         " --summary {output.summary:q} 2> {log}"
 
 

@@ -167,9 +167,25 @@ def summarise(table: pd.DataFrame) -> dict:
             "within_measured_ci": int(table["within_measured_ci"].sum()), **ranking(table)}
 
 
-def diagnostics(table: pd.DataFrame, fit_report: Mapping | None) -> dict:
+def repeat_spread(points: pd.DataFrame, breakdown: pd.DataFrame) -> dict:
+    """The same point timed twice: each (config, dataset, request, B) of the profiled passes (their ``wall_s``, with
+    the plugin's timing on) against the benchmark's wall time of that point; ``bench / profiled - 1``."""
+    need = {"config", "dataset", "request_index", "batch_size", "wall_s"}
+    if breakdown.empty or not need <= set(breakdown.columns):
+        return {}
+    ok = points[points["status"] == "ok"][list(need)]
+    m = ok.merge(breakdown[list(need)], on=["config", "dataset", "request_index", "batch_size"], suffixes=("", "_prof"),
+                 validate="many_to_one")
+    if m.empty:
+        return {}
+    r = m["wall_s"] / m["wall_s_prof"] - 1.0
+    return {"repeat_points": int(len(m)), "repeat_median_abs": float(r.abs().median()),
+            "repeat_max_abs": float(r.abs().max())}
+
+
+def diagnostics(table: pd.DataFrame, fit_report: Mapping | None, repeat: Mapping | None = None) -> dict:
     """What bounds the error (module docstring); numbers only, from this run."""
-    out: dict = {"clock_resolution_s": float(time.get_clock_info("perf_counter").resolution)}
+    out: dict = {"clock_resolution_s": float(time.get_clock_info("perf_counter").resolution), **(repeat or {})}
     if len(table):
         half = (table["measured_ci_high"] - table["measured_ci_low"]) / 2 / table["measured"]
         out["median_measured_ci_half_width"] = float(np.nanmedian(half)) if half.notna().any() else None
@@ -209,6 +225,9 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
         unit = "benchmark point" if diag.get("fit_source") == "bench" else "step"
         why.append(f"the cost model's target fit has R² = {diag.get('target_r2', float('nan')):.2f} and a mean "
                    f"|relative residual| of {100 * diag['target_mean_abs_relative_residual']:.0f} % per {unit}")
+    if diag.get("repeat_points"):
+        why.append(f"the same point timed twice (benchmark and profiled pass, {diag['repeat_points']} points) differs by "
+                   f"{100 * diag['repeat_median_abs']:.0f} % in the median, up to {100 * diag['repeat_max_abs']:.0f} %")
     step, res = diag.get("shortest_timed_step_s"), diag.get("clock_resolution_s")
     if step and res:
         why.append(f"the clock resolves {res:.0e} s against steps of at least {step:.1e} s, so timer resolution is "
@@ -245,6 +264,8 @@ def add_cli(sub) -> None:
     p.add_argument("--methods", nargs="+", required=True, help="the traced methods")
     p.add_argument("--cost-model", required=True)
     p.add_argument("--fit-report", help="the cost model's fit report (diagnostics)")
+    p.add_argument("--breakdowns", nargs="*", default=[], help="the profiled passes' breakdowns (the same points timed "
+                                                              "twice: diagnostics)")
     p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--run-kind", default="cpu")
@@ -273,7 +294,9 @@ def add_cli(sub) -> None:
         table = join(sim, meas)
         fit = read_json(a.fit_report) if a.fit_report else None
         summ = summarise(table)
-        diag = diagnostics(table, fit)
+        frames = [pd.read_csv(b) for b in a.breakdowns if Path(b).stat().st_size > 0]
+        frames = [f for f in frames if len(f)]
+        diag = diagnostics(table, fit, repeat_spread(points, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()))
         write_csv(a.output, table, float_format="%.6g")
         write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
                                "explanation": explanation(summ, diag, a.run_kind)})
