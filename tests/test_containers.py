@@ -342,7 +342,8 @@ def test_sglang_post_labels_environment_and_test():
 
 
 UPPER_BOUND_RULES = ("fit_cost_model", "simulate_engine_traces", "closed_loop", "tab_closed_loop", "fig_closed_loop",
-                     "fig10_sim_engine", "fig12_sim_engine", "tab_sim_engine", "fig_costfit", "tab_costfit")
+                     "fig10_sim_engine", "fig12_sim_engine", "tab_sim_engine", "fig_costfit", "tab_costfit",
+                     "tab_closed_loop_summary")
 
 
 def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(tmp_path):

@@ -21,12 +21,12 @@ ANALYSIS_RULES = (
     *ENGINE_FIGURES, *ENGINE_TABLES, "claims",
     # each experiment's cost model, upper bounds and closed loop (workflow/rules/upperbounds.smk)
     "fit_cost_model", "simulate_engine_traces", "closed_loop", "tab_closed_loop", "fig_closed_loop", "fig10_sim_engine",
-    "fig12_sim_engine", "tab_sim_engine", "tab_costfit",
+    "fig12_sim_engine", "tab_sim_engine", "tab_costfit", "tab_closed_loop_summary",
 )
 UPPER_BOUND_OUTPUTS = ("tab_closed_loop-engine-smollm2.tex", "tab_closed_loop-engine-smollm2.csv",
                        "fig_closed_loop-engine-smollm2.pdf", "fig10_sim_engine-engine-smollm2.pdf",
                        "fig12_sim_engine-engine-smollm2.pdf", "tab_sim_engine-engine-smollm2.tex",
-                       "tab_costfit-engine.tex")
+                       "tab_costfit-engine.tex", "tab_closed_loop_summary-engine.tex")
 
 
 def digest(path):
@@ -165,6 +165,10 @@ def test_smollm2_closed_loop_and_upper_bounds(cpu_run):
             assert f in tex, f
     assert tex.index("tab_closed_loop-engine-smollm2.tex") < tex.index("fig10_sim_engine-engine-smollm2.pdf")
     assert not list((cpu_run / "results" / "engine").glob("cost_model-*"))
+    # the random stand-ins: cost model, simulation and closed loop (a summary row each), no per-model figures
+    summary_rows = pd.read_csv(cpu_run / "figures" / "tab_closed_loop_summary-engine.csv")
+    assert "smollm2" in set(summary_rows["exp"]) and "standin-glm-4.5-air" in set(summary_rows["exp"])
+    assert not (cpu_run / "figures" / "fig10_sim_engine-engine-standin-glm-4.5-air.pdf").exists()
     cl = pd.read_csv(cpu_run / "results" / "simulator" / "engine-smollm2" / "closed_loop.csv")
     assert set(cl["method"]) == {"ngram", "eagle", "draft_model"} and set(cl["k"]) == {3}
     assert set(cl["batch_size"]) == {1, 4} and set(cl["dataset"]) == {"smol_code", "smol_news", "smol_chat", "smol_math"}

@@ -104,6 +104,23 @@ rule closed_loop:
 # --- figures and tables (subject engine-<exp>: the experiment's trace set) ----------------------------
 
 
+rule tab_closed_loop_summary:
+    """One row per experiment with traces: its closed loop's error and ordering agreement."""
+    input:
+        config=RUN_CONFIG,
+        summaries=[f"results/simulator/engine-{x}/closed_loop.json" for x in UPPER_BOUND_EXPERIMENTS],
+    output:
+        tex="figures/tab_closed_loop_summary-engine.tex",
+        csv="figures/tab_closed_loop_summary-engine.csv",
+    log:
+        "logs/figures/tab_closed_loop_summary-engine.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_closed_loop_summary --run-config {input.config} --subject engine"
+        " --summaries {input.summaries:q} --csv {output.csv} -o {output.tex} 2> {log}"
+
+
 rule tab_closed_loop:
     input:
         config=RUN_CONFIG,

@@ -41,6 +41,7 @@ MODULES = (
     "engine_memory",
     "engine_costfit",
     "engine_costfit_table",
+    "engine_closed_loop_summary",
     "engine_closed_loop_table",
     "engine_closed_loop_figure",
     "engine_sim_fig10",
