@@ -89,7 +89,10 @@ def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int,
 def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]], methods: Sequence[str],
                      cost_model: str, *, ngram_match: float, seed: int) -> pd.DataFrame:
     """The simulator at each measured row's key, on that row's requests."""
+    from .enginesim import fitted_drafters
+
     lookup = LOOKUP if LOOKUP in methods else None
+    fitted = fitted_drafters(cost_model)
     rows = []
     for r in measured.itertuples(index=False):
         want = set(r.request_ids)
@@ -98,7 +101,7 @@ def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[Trace
             raise SpecReproError(f"{r.exp} {r.dataset}: {len(want) - len(recs)} measured request(s) not in the trace set")
         if r.method == LOOKUP:
             w, slot, cost = workload(recs, r.dataset, lookup, lookup), "ngram", load_cost_model(cost_model)
-        elif r.method in DRAFTERS:
+        elif r.method in DRAFTERS and r.method in fitted:
             w, slot, cost = workload(recs, r.dataset, lookup, r.method), "eagle", load_cost_model(cost_model, drafter=r.method)
         else:
             continue

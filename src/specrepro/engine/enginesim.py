@@ -101,7 +101,10 @@ def simulate_experiment(exp: str, traces: Mapping[str, Sequence[TraceRecord]], m
     from ..today import choose_schedule
 
     lookup = LOOKUP if LOOKUP in methods else None
-    drafters = [m for m in methods if m in DRAFTERS]
+    fitted = fitted_drafters(cost_model)
+    left_out = {m: "no drafting coefficients in the cost model (its profiled pass recorded no drafter step)"
+                for m in methods if m in DRAFTERS and m not in fitted}
+    drafters = [m for m in methods if m in DRAFTERS and m in fitted]
     if not lookup and not drafters:
         raise SpecReproError(f"{exp}: no traced method the simulator models (n-gram or {', '.join(DRAFTERS)})")
     ks = sorted(set(PAPER_FIXED) | {int(k) for k in k_candidates})
@@ -137,7 +140,7 @@ def simulate_experiment(exp: str, traces: Mapping[str, Sequence[TraceRecord]], m
     summary = pd.concat(frames, ignore_index=True)
     doc: dict = {"rule": ("per batch size, the k in 0..k_max with the highest geometric-mean simulated speedup over the "
                           "other datasets of the experiment (held out); with one dataset, over itself"),
-                 "datasets": list(traces), "ngram_match_prob": ngram_match, "proposers": {}}
+                 "datasets": list(traces), "ngram_match_prob": ngram_match, "proposers": {}, "left_out": left_out}
     if schedules:
         datasets = list(traces)
         singles = ([lookup] if lookup else []) + drafters
@@ -154,6 +157,16 @@ def simulate_experiment(exp: str, traces: Mapping[str, Sequence[TraceRecord]], m
             doc["proposers"][p] = entry
         summary = pd.concat(frames, ignore_index=True)
     return summary[COLUMNS], doc
+
+
+def fitted_drafters(cost_model: str) -> set[str]:
+    """The drafters a cost-model file has coefficients for (``drafters`` section; a file without one: ``eagle``)."""
+    import yaml
+
+    from ..costmodel import resolve
+
+    doc = yaml.safe_load(resolve(cost_model).read_text(encoding="utf-8")) or {}
+    return set(doc["drafters"]) if isinstance(doc.get("drafters"), dict) else {"eagle"}
 
 
 def best_fixed(summary: pd.DataFrame, ks: Sequence[int] = PAPER_FIXED) -> pd.DataFrame:

@@ -220,7 +220,11 @@ def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str]) -> Experiment
     for m in [m for m in DRAFTERS if m in set(rows["drafter"])]:
         d = rows[(rows["role"] == "drafter") & (rows["drafter"] == m)]
         own: dict[str, str] = {}
-        drafters[m], pred = _linear(d, ("d_kv", "d_spec", "d_fixed"), f"drafter {m}", own)
+        try:
+            drafters[m], pred = _linear(d, ("d_kv", "d_spec", "d_fixed"), f"drafter {m}", own)
+        except SpecReproError as exc:  # too few or degenerate steps: the drafter is left out, with the reason
+            assumed[f"drafters.{m}"] = f"not fitted: {exc}"
+            continue
         assumed.update({f"drafters.{m}.{k}": v for k, v in own.items()})
         resid.append(_residuals(d, pred))
     ngram = None

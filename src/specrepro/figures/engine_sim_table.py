@@ -102,5 +102,7 @@ def build(args, ctx: TraceContext) -> None:
     t = t.sort_values(["dataset", "batch_size"], key=lambda s: s.map(order) if s.name == "dataset" else s)
     note = (error_statement(args.closed_loop) + f" n-gram's match probability where its trace says 1 token: "
             f"{fmt(sched.get('ngram_match_prob'))} (from its trace job's undrafted positions).")
+    for m, why in (sched.get("left_out") or {}).items():
+        note += f" Left out: {m} ({why})."
     write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
     write_text(args.output, to_latex(t, ctx, note))
