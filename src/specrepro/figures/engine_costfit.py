@@ -105,8 +105,8 @@ def build(args, ctx: TraceContext) -> None:
             ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#555555", linestyle="--", linewidth=0.7)
         axr.axhline(0.0, color="#555555", linestyle="--", linewidth=0.7)
         src = "bench" if rep.get("source") == "bench" else "profiled steps"
-        ax.set_title(f"{labels.get(rep['exp'], rep['exp'])} [{rep['exp']}, {src}]", fontsize=6.5)
-        axr.set_title("; ".join(quality), fontsize=6)
+        ax.set_title(f"{labels.get(rep['exp'], rep['exp'])}\n[{rep['exp']}, {src}]", fontsize=6.5)
+        axr.set_title("\n".join("; ".join(quality[i:i + 2]) for i in range(0, len(quality), 2)), fontsize=6)
         ax.set_xlabel("fitted (ms)")
         ax.set_ylabel("measured (ms)")
         axr.set_xlabel("fitted (ms)")
