@@ -203,6 +203,7 @@ def diagnostics(table: pd.DataFrame, fit_report: Mapping | None, repeat: Mapping
         out["outside_steps_share"] = fit_report.get("outside_steps_share")
         out["overhead_per_step_s"] = fit_report.get("overhead_per_step")
         out["overhead_by_config_s"] = fit_report.get("overhead_by_config")
+        out["prefill_drafting_share_by_config"] = fit_report.get("prefill_drafting_share_by_config")
     return out
 
 
@@ -244,6 +245,10 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
         why.append("per-step overhead by configuration " + ", ".join(f"{c} {1e3 * v:.1f} ms" for c, v in oc.items())
                    + f" against the model's one constant {1e3 * diag['overhead_per_step_s']:.1f} ms (the LM head and the "
                    "rejection sampler grow with the verified tokens)")
+    pd_share = {c: v for c, v in (diag.get("prefill_drafting_share_by_config") or {}).items() if v > 0}
+    if pd_share:
+        why.append("drafting at the prefill step, which the simulator does not charge, takes "
+                   + ", ".join(f"{100 * v:.0f} % ({c})" for c, v in pd_share.items()) + " of the profiled step time")
     if diag.get("fit_source") == "bench":
         why.append("the cost model was fitted to these benchmark points' wall times (no profiled pass): in-sample")
     if run_kind != "gpu":

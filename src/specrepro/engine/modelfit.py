@@ -424,7 +424,7 @@ def add_cli(sub) -> None:
         from ..io import read_json, read_parquet, write_csv, write_json, write_text
 
         images: dict[str, Any] = {}
-        frames, configs, shortest = [], {}, []
+        frames, configs, shortest, prefill_drafting = [], {}, [], {}
         records = {Path(r).name.removesuffix(".json"): read_json(r) for r in a.records}
         for path in a.timings:
             cfg = Path(path).name.removesuffix(".timings.parquet")
@@ -437,6 +437,9 @@ def add_cli(sub) -> None:
             images[cfg] = _image(rec)
             frames.append(profile_rows(t, method, cfg))
             shortest.append(float(t["step_s"].min()))
+            if method != "none" and float(t["step_s"].sum()) > 0:
+                pre = t["prefill_reqs"] > 0
+                prefill_drafting[cfg] = float(t.loc[pre, "drafting_s"].sum() / t["step_s"].sum())
         for path in a.sweeps:
             cfg = Path(path).name.removesuffix(".steps.parquet")
             if cfg in configs:
@@ -460,7 +463,8 @@ def add_cli(sub) -> None:
         doc = cost_model_doc(fit, name=f"engine-{a.exp}", model=a.model, hardware=a.hardware, images=images,
                              source=source)
         write_text(a.output, cost_model_text(doc))
-        extra = {"shortest_step_s": min(shortest) if shortest else None, **outside_steps(a.breakdowns)}
+        extra = {"shortest_step_s": min(shortest) if shortest else None, **outside_steps(a.breakdowns),
+                 "prefill_drafting_share_by_config": prefill_drafting}
         write_json(a.report, _plain({"exp": a.exp, "model": a.model, "hardware": a.hardware, "images": images,
                                      **fit.report(), **extra}))
         write_csv(a.residuals, fit.residuals.assign(exp=a.exp), float_format="%.9g")
