@@ -275,3 +275,16 @@ def test_repeat_spread_compares_the_same_point_timed_twice():
     assert r["repeat_points"] == 2
     assert r["repeat_median_abs"] == pytest.approx((0.1 + 0.2) / 2) and r["repeat_max_abs"] == pytest.approx(0.2)
     assert closedloop.repeat_spread(pts, pd.DataFrame()) == {}
+
+
+def test_repeat_speedups_from_the_profiled_pass():
+    pts = pd.DataFrame({"config": ["none", "ngram-k3", "none", "ngram-k3"], "dataset": "d", "request_index": [0, 0, 1, 1],
+                        "batch_size": 1, "status": "ok", "output_tokens": [10, 10, 20, 20], "wall_s": 1.0})
+    bd = pd.DataFrame({"config": ["none", "ngram-k3", "none", "ngram-k3"], "dataset": "d", "request_index": [0, 0, 1, 1],
+                       "batch_size": 1, "wall_s": [1.0, 0.5, 2.0, 1.0]})
+    table = pd.DataFrame({"config": ["ngram-k3"], "dataset": ["d"], "batch_size": [1], "measured": [1.6],
+                          "simulated": [2.2]})
+    r = closedloop.repeat_speedups(pts, bd, table)
+    # profiled: throughputs 10/0.5 = 20 and 20/1 = 20 against 10 and 10: speedup 2.0
+    assert r["profiled_points"] == 1 and r["profiled_vs_bench_median_abs"] == pytest.approx(2.0 / 1.6 - 1)
+    assert r["simulated_vs_profiled_median_abs"] == pytest.approx(0.1)
