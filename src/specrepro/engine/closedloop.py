@@ -265,9 +265,9 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     if diag.get("profiled_points"):
         why.append(f"the same configurations' speedups measured again in the profiled passes ({diag['profiled_points']} "
                    f"points) differ from the benchmark's by {100 * diag['profiled_vs_bench_median_abs']:.0f} % in the "
-                   f"median, up to {100 * diag['profiled_vs_bench_max_abs']:.0f} % (against those, which come from the passes the cost "
-                   f"model was fitted to and so are not independent, the simulator's median "
-                   f"|error| is {100 * diag['simulated_vs_profiled_median_abs']:.0f} %)")
+                   f"median, up to {100 * diag['profiled_vs_bench_max_abs']:.0f} % (against those, which come from the "
+                   "passes the cost model was fitted to and so are not independent, the simulator's median |error| is "
+                   f"{100 * diag['simulated_vs_profiled_median_abs']:.0f} %)")
     step, res = diag.get("shortest_timed_step_s"), diag.get("clock_resolution_s")
     if step and res:
         why.append(f"the clock resolves {res:.0e} s against steps of at least {step:.1e} s, so timer resolution is "
