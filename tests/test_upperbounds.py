@@ -3,6 +3,7 @@ measured speedups: hand-made cases with known answers."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -241,10 +242,13 @@ def test_experiment_rows_are_the_simulator_with_each_drafters_cost(tmp_path):
     assert bf == pytest.approx(fixed["speedup"].max())
 
 
-def test_ngram_match_probability_from_undrafted_positions():
-    recs = [TraceRecord("a", np.arange(3), np.arange(5), {"ngram": np.array([1, 1, 3, 1, 1])}),
-            TraceRecord("b", np.arange(3), np.arange(4), {"ngram": np.array([1, 2, 1, 1])})]
-    # positions >= 1 with acc 1: a has 3, b has 2 -> 5; 2 of them verified no draft
+def test_ngram_match_probability_from_undrafted_positions(tmp_path):
+    # the trace job's file holds every dataset: request ids repeat across them
+    path = tmp_path / "ngram.jsonl"
+    path.write_text("".join(json.dumps({"id": "0", "dataset": d, "acc_ngram": {"acc_len": a}}) + "\n"
+                            for d, a in (("x", [1, 1, 3, 1, 1]), ("y", [1, 2, 1, 1]))))
+    recs = enginesim.ngram_acc_lens(path)
+    # positions >= 1 with acc 1: 3 in the first, 2 in the second -> 5; 2 of them verified no draft
     assert enginesim.ngram_match_from_trace(recs, 2) == pytest.approx(1 - 2 / 5)
     with pytest.raises(SpecReproError, match="not of this trace file"):
         enginesim.ngram_match_from_trace(recs, 6)

@@ -49,9 +49,28 @@ DEFAULT_K_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 COLUMNS = ["exp"] + SUMMARY_COLUMNS
 
 
-def ngram_match_from_trace(records: Sequence[TraceRecord], undrafted: int) -> float:
-    """n-gram's match probability at positions whose trace says 1 token (module docstring)."""
-    ones = sum(int(np.count_nonzero(r.acc_len["ngram"][1:] == 1)) for r in records if "ngram" in r.acc_len)
+def ngram_acc_lens(path) -> list[np.ndarray]:
+    """``acc_ngram.acc_len`` of every record of an n-gram trace job's file (all its datasets: request ids repeat
+    across datasets, so this is not read as one trace set)."""
+    import json
+
+    out = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            try:
+                out.append(np.asarray(rec["acc_ngram"]["acc_len"], dtype=np.int64))
+            except (KeyError, TypeError):
+                raise SpecReproError(f"{path}:{n}: no acc_ngram.acc_len (not an n-gram trace job's file)") from None
+    return out
+
+
+def ngram_match_from_trace(acc_lens: Sequence[np.ndarray], undrafted: int) -> float:
+    """n-gram's match probability at positions whose trace says 1 token (module docstring); ``acc_lens``: the
+    trace job's ``acc_len`` arrays (:func:`ngram_acc_lens`)."""
+    ones = sum(int(np.count_nonzero(np.asarray(a)[1:] == 1)) for a in acc_lens)
     if ones == 0:
         return 1.0
     if undrafted > ones:
@@ -238,8 +257,7 @@ def add_cli(sub) -> None:
         if "ngram" in a.methods:
             if not (a.ngram_trace and a.ngram_check):
                 raise SpecReproError("n-gram is traced: give --ngram-trace and --ngram-check (its match probability)")
-            match = ngram_match_from_trace(read_trace(a.ngram_trace, aligned=()),
-                                           int(read_json(a.ngram_check).get("undrafted", 0)))
+            match = ngram_match_from_trace(ngram_acc_lens(a.ngram_trace), int(read_json(a.ngram_check).get("undrafted", 0)))
         summary, doc = simulate_experiment(a.exp, traces, a.methods, a.cost_model, a.batch_sizes, ngram_match=match,
                                            seed=a.seed, k_candidates=a.k_candidates)
         write_csv(a.output, summary, float_format="%.6g")
