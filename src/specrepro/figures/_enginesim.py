@@ -41,5 +41,11 @@ def error_statement(path) -> str:
     return text + "."
 
 
+def wrap_label(text: str) -> str:
+    """A long panel title on two lines, before its parenthesis (``code editing\n(InstructCoder-shaped)``)."""
+    head, sep, tail = text.partition(" (")
+    return f"{head}\n({tail}" if sep and len(text) > 22 else text
+
+
 def fmt(v, f="{:.2f}") -> str:
     return "--" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f.format(v)

@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ._enginesim import error_statement, load, methods, proposer_label
+from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
 from ._sim import POLICY_STYLE, band, bs_axis, series
 
 SPEC = FigureSpec(
@@ -60,12 +60,13 @@ def build(args, ctx: TraceContext) -> None:
                         markersize=6 if marker == "*" else 3.5, label=label)
                 band(ax, s, color)
             bs_axis(ax, sorted(df["batch_size"].unique()))
-            ax.set_title(f"{proposer_label(prop)}, {ctx.dataset_label(ds)}")
+            if i == 0:
+                ax.set_title(wrap_label(ctx.dataset_label(ds)))
             if i == len(props) - 1:
                 ax.set_xlabel("Batch size")
             if j == 0:
-                ax.set_ylabel("Speedup")
+                ax.set_ylabel(f"{proposer_label(prop)}\nspeedup")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), frameon=False)
     fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
+    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), frameon=False)
     style.save_pdf(fig, args.output)

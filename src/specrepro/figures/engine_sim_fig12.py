@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import FigureSpec, TraceContext
 from . import style
-from ._enginesim import error_statement, load, methods, proposer_label
+from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
 from ._sim import band, bs_axis, series
 from ..engine.enginesim import best_fixed
 
@@ -62,11 +62,11 @@ def build(args, ctx: TraceContext) -> None:
                     label=proposer_label("combined"))
             band(ax, s, c)
         bs_axis(ax, sorted(df["batch_size"].unique()))
-        ax.set_title(ctx.dataset_label(ds))
+        ax.set_title(wrap_label(ctx.dataset_label(ds)))
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncol=min(len(labels), 4), frameon=False)
     fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
     style.save_pdf(fig, args.output)
