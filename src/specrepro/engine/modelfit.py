@@ -460,12 +460,14 @@ def add_cli(sub) -> None:
             fit = fit_bench(bench_rows(pts))
             source = f"benchmark wall times of {a.exp} ({', '.join(sorted(set(pts['config'])))}; no profiled pass)"
             images = {str(c): _image(records.get(str(c), {})) for c in sorted(set(pts["config"]))}
-        doc = cost_model_doc(fit, name=f"engine-{a.exp}", model=a.model, hardware=a.hardware, images=images,
+        devices = sorted({str(r["device"]) for r in records.values() if r.get("device")})
+        hardware = "; ".join(devices) or a.hardware  # the jobs' own record of their device, where it has one
+        doc = cost_model_doc(fit, name=f"engine-{a.exp}", model=a.model, hardware=hardware, images=images,
                              source=source)
         write_text(a.output, cost_model_text(doc))
         extra = {"shortest_step_s": min(shortest) if shortest else None, **outside_steps(a.breakdowns),
                  "prefill_drafting_share_by_config": prefill_drafting}
-        write_json(a.report, _plain({"exp": a.exp, "model": a.model, "hardware": a.hardware, "images": images,
+        write_json(a.report, _plain({"exp": a.exp, "model": a.model, "hardware": hardware, "images": images,
                                      **fit.report(), **extra}))
         write_csv(a.residuals, fit.residuals.assign(exp=a.exp), float_format="%.9g")
 
