@@ -292,3 +292,23 @@ def test_repeat_speedups_from_the_profiled_pass():
     # profiled: throughputs 10/0.5 = 20 and 20/1 = 20 against 10 and 10: speedup 2.0
     assert r["profiled_points"] == 1 and r["profiled_vs_bench_median_abs"] == pytest.approx(2.0 / 1.6 - 1)
     assert r["simulated_vs_profiled_median_abs"] == pytest.approx(0.1)
+
+
+def test_costfit_table_compares_the_released_model_with_the_papers_fit(tmp_path):
+    from specrepro.figures.engine_costfit_table import coefficient_rows
+
+    paper = load_cost_model("llama3.1-8b-h100")
+    doc = {"model": "llama3.1-8b", "target": {"c_kv": 2 * paper.c_kv, "c_compute": paper.c_compute, "c_fixed": 0.0},
+           "drafters": {"eagle3": {"d_kv": paper.d_kv, "d_spec": 0.5 * paper.d_spec, "d_fixed": 0.0}},
+           "ngram": {"draft_fraction": 0.01}, "overhead_per_step": paper.overhead,
+           "assumed": {"drafters.eagle3.d_fixed": "0: one k"}}
+    rep = {"exp": "llama3.1-8b", "source": "profile", "target": {"r2": 0.99, "n_points": 100},
+           "drafters": {"eagle3": {"r2": 0.9, "n_points": 50}}, "ngram": {"r2": 0.5, "n_points": 10},
+           "overhead_points": 100}
+    rows = {(r["role"], r["coefficient"]): r for r in coefficient_rows(doc, rep, paper)}
+    assert rows[("target", "c_kv")]["ratio"] == pytest.approx(2.0)
+    assert rows[("eagle3", "d_spec")]["ratio"] == pytest.approx(0.5) and rows[("eagle3", "d_fixed")]["assumed"]
+    assert rows[("ngram", "draft_fraction")]["paper"] == paper.ngram_fraction
+    assert rows[("overhead", "overhead_per_step")]["ratio"] == pytest.approx(1.0)
+    # another model: no paper column
+    assert all(math.isnan(r["paper"]) for r in coefficient_rows({**doc, "model": "qwen3-8b"}, rep, None))
