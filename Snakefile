@@ -6,7 +6,8 @@
 #
 # Stages, one file each under workflow/rules/: common (config), containers (images, preflight),
 # inputs (models, datasets, manifest), models (tiny builds), traces, acceptance, simulator,
-# engine (vLLM runs and their figures), tree (Fig. 2: tree vs chain on SGLang and vLLM), digitise (the paper's
+# engine (vLLM runs and their figures), upperbounds (each model's cost model, its Figs. 10/12 on its own traces and
+# the closed loop against its measured speedups), tree (Fig. 2: tree vs chain on SGLang and vLLM), digitise (the paper's
 # figure images read independently), sizing (the quick GPU run's sizing rule checked on the released traces), report.
 
 from snakemake.utils import min_version
@@ -22,6 +23,7 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/simulator.smk"
 include: "workflow/rules/engine.smk"
+include: "workflow/rules/upperbounds.smk"
 include: "workflow/rules/digitise.smk"
 include: "workflow/rules/tree.smk"
 include: "workflow/rules/sizing.smk"

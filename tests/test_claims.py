@@ -421,5 +421,30 @@ def test_ordering_claims_name_registered_quantities(registry):
     keys = {c.measured_by for c in registry.values() if c.kind == "value"}
     for c in orders:
         assert c.than and c.than != c.measured_by
-        if c.evidence == "engine":
+        if c.evidence == "engine" and not c.measured_by.startswith("sim.engine-"):
             assert c.measured_by in keys and c.than in keys, c.id
+
+
+def test_per_model_simulator_claims_name_keys_the_run_writes():
+    """Figs. 10/12 per model (evidence engine: GPU runs only): every key is one specrepro.engine.enginesim writes for a
+    paper experiment with traces, at one of its datasets, traced methods and batch sizes."""
+    import re
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    exps = {e["name"]: e for e in cfg["experiments"]}
+    claims = [c for c in load_claims(REPO / "paper" / "claims.yaml") if c.measured_by and c.measured_by.startswith("sim.engine-")]
+    assert len(claims) >= 40 and {c.evidence for c in claims} == {"engine"}
+    seen = set()
+    for c in claims:
+        for key in (c.measured_by, c.than):
+            m = re.fullmatch(r"sim\.engine-(.+)\.([a-z0-9_]+)\.([a-z0-9_+-]+)\.([a-z-]+)\.b(\d+)", key)
+            assert m, key
+            exp, ds, proposer, policy, b = m.groups()
+            e = exps[exp]
+            methods = {x["method"] for x in e["methods"]}
+            assert ds in e["datasets"] and int(b) in e["batch_sizes"], key
+            assert proposer in methods | {"combined", "best-single"}, key
+            assert policy in ("oracle", "best-fixed", "oracle-over-best-fixed"), key
+            seen.add(exp)
+    # every paper experiment with engine traces (not the tree study, not the today experiment) has its claims
+    assert seen == {"llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"}

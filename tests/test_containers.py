@@ -506,3 +506,61 @@ def test_every_hash_is_a_file_of_that_pin_on_pypi():
         elif cutoff and f.get("upload-time", "") >= cutoff:
             problems.append(f"{stem}: {name}=={version}: {f['filename']} uploaded after the cut-off {cutoff}")
     assert not problems, "\n".join(problems)
+
+
+UPPER_BOUND_RULES = ("fit_cost_model", "simulate_engine_traces", "closed_loop", "tab_closed_loop", "fig_closed_loop",
+                     "fig10_sim_engine", "fig12_sim_engine", "tab_sim_engine", "fig_costfit", "tab_costfit",
+                     "tab_closed_loop_summary")
+
+
+def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(tmp_path):
+    """Every paper experiment with engine traces has its cost model, Figs. 10/12 and closed loop as targets of its own;
+    none of those jobs is a GPU job, and every engine output they read is made by a job `specrepro plan` bills (so the
+    plan's total does not grow: there is no GPU job outside the plan at all)."""
+    import yaml
+
+    from specrepro.engine.args import trace_label
+    from specrepro.engine.jobs import trace_methods
+    from specrepro.plan import plan_jobs
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    jobs = _probe(tmp_path, "config/paper.yaml", "all")
+    traced = [e["name"] for e in cfg["experiments"] if trace_methods(cfg, e["name"])]
+    assert traced == ["llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"]
+    outputs = {o for j in jobs for o in j["output"]}
+    for x in traced:
+        for f in (f"results/engine/{x}/cost_model.yaml", f"results/simulator/engine-{x}/upper_bounds.csv",
+                  f"results/simulator/engine-{x}/closed_loop.csv", f"results/metrics/engine-sim-{x}.json",
+                  f"figures/fig10_sim_engine-engine-{x}.pdf", f"figures/fig12_sim_engine-engine-{x}.pdf",
+                  f"figures/tab_sim_engine-engine-{x}.tex", f"figures/fig_closed_loop-engine-{x}.pdf",
+                  f"figures/tab_closed_loop-engine-{x}.tex"):
+            assert f in outputs, f
+    # the pooled fit is gone; the reasoning runs (no profiled pass) fit their cost model from their bench points
+    assert not any("cost_model-" in o for o in outputs)
+    fits = {j["output"][0].split("/")[2]: j for j in jobs if j["rule"] == "fit_cost_model"}
+    assert set(fits) == set(traced) | {"llama3.1-8b-today"}
+    assert any("/bench/" in f for f in fits["glm-4.5-air"]["input"])
+    assert not any("/bench/" in f for f in fits["llama3.1-8b"]["input"])
+    plan = plan_jobs(cfg)
+    billed = {(r.exp, r.job, r.config) for r in plan.itertuples()}
+    made_by = {}
+    for j in jobs:
+        if not is_gpu_rule(j) or j["rule"].startswith("container_"):
+            continue
+        out = j["output"][0].split("/")  # results/engine/<exp>/<bench|profile|traces>/<name>
+        if out[3] == "prompts":  # engine_prompts: tokenising, no engine run
+            continue
+        kind = {"bench": "bench", "profile": "profile", "traces": "trace"}[out[3]]
+        name = out[4].split(".")[0]
+        key = (out[2], kind, trace_label(name) if kind == "trace" else name)
+        assert key in billed, f"GPU job {j['rule']} {j['output'][0]} is not in the plan"
+        for o in j["output"]:
+            made_by[o] = key
+    assert len({v for v in made_by.values()}) == len(billed)
+    mine = [j for j in jobs if j["rule"] in UPPER_BOUND_RULES]
+    assert {j["rule"] for j in mine} == set(UPPER_BOUND_RULES)
+    for j in mine:
+        assert not is_gpu_rule(j) and j["container"] is None, j["rule"]
+        for f in j["input"]:
+            if f.startswith("results/engine/") and "/prompts/" not in f and "cost_model" not in f:
+                assert f in made_by, (j["rule"], f)

@@ -22,7 +22,7 @@ from specrepro.io import write_json  # noqa: E402
 
 import _figread as fr  # noqa: E402
 from test_engine_figures import RUN_CONFIG as ENGINE_RC, engine_run  # noqa: E402,F401
-from test_engine_figures2 import RUN_CONFIG as ENGINE_RC2, breakdown_run, costfit_run, steps_table  # noqa: E402,F401
+from test_engine_figures2 import RUN_CONFIG as ENGINE_RC2, breakdown_run, costfit_run  # noqa: E402,F401
 from test_figures import traceset  # noqa: E402,F401
 from test_sim_figures import simulated  # noqa: E402,F401
 
@@ -487,26 +487,27 @@ def test_fig_today_lines_and_bands_are_the_table(today, monkeypatch, tmp_path):
 
 
 def test_costfit_points_are_the_profiled_steps(costfit_run, monkeypatch, tmp_path):
-    root, paths = costfit_run
+    root, fits = costfit_run
     rc = root / "rc2.json"
     write_json(rc, ENGINE_RC2)
-    rep = tmp_path / "fit.json"
-    fig = build(monkeypatch, "figure", "fig_costfit", "--run-config", rc, "--subject", "engine", "--steps", *paths,
-                "--base", "llama3.1-8b-h100", "--cost-model", tmp_path / "fit.yaml", "--report", rep,
+    fig = build(monkeypatch, "figure", "fig_costfit", "--run-config", rc, "--subject", "engine",
+                "--reports", *[f / "cost_model.json" for f in fits.values()],
+                "--residuals", *[f / "cost_model.residuals.csv" for f in fits.values()],
                 "--csv", tmp_path / "fit.csv", "-o", tmp_path / "fit.pdf")
-    ax, axr = fr.visible_axes(fig)
-    steps = steps_table()
-    measured_ms = np.sort(steps["seconds"].to_numpy() * 1e3)
-    (pts, _, _), = fr.scatter(ax)
-    # left: fitted against measured; the steps are exactly linear, so the fit returns them
-    assert np.allclose(np.sort(pts[:, 1]), measured_ms) and np.allclose(pts[:, 0], pts[:, 1], rtol=1e-6)
-    (res, _, _), = fr.scatter(axr)
-    assert np.allclose(np.sort(res[:, 0]), measured_ms, rtol=1e-6) and np.abs(res[:, 1]).max() < 1e-6
-    # the equality line spans the points; the titles give the report's R^2 and point count
+    axes = fr.visible_axes(fig)
+    assert len(axes) == 4  # one row per experiment: measured vs fitted, residuals
+    ax, axr = axes[0], axes[1]
+    res = pd.read_csv(fits["e1"] / "cost_model.residuals.csv", dtype={"drafter": str}).fillna({"drafter": ""})
+    drawn = fr.scatter(ax)
+    # one scatter per role: target, then the EAGLE drafter; each point (fitted, measured) of the residual table
+    assert len(drawn) == 2
+    for (pts, _, _), (_, g) in zip(drawn, res.groupby(["role", "drafter"], sort=False)):
+        assert np.allclose(np.sort(pts[:, 1]), np.sort(g["seconds"].to_numpy() * 1e3))
+        assert np.allclose(pts[:, 0], pts[:, 1], rtol=1e-5)  # exactly linear steps: the fit returns them
     (eq,) = fr.lines(ax)
-    assert eq.x[0] <= measured_ms.min() and eq.x[-1] >= measured_ms.max() and np.allclose(eq.x, eq.y)
-    r = json.loads(rep.read_text())["roles"]["target"]
-    assert ax.get_title() == f"target: R$^2$ = {r['r2']:.3f}, n = {r['n_points']}" and r["n_points"] == 24
+    assert np.allclose(eq.x, eq.y) and eq.x[0] <= res["seconds"].min() * 1e3
+    rep = json.loads((fits["e1"] / "cost_model.json").read_text())
+    assert f"target R$^2$ {rep['target']['r2']:.2f} (n={rep['target']['n_points']})" in axr.get_title()
     assert fr.hlines(axr) == [0.0]
 
 

@@ -7,7 +7,10 @@ A cost model is a YAML file (see ``data/cost_models/llama3.1-8b-h100.yaml``)::
     ngram:  {draft_fraction}                n-gram draft time = draft_fraction * T(kv, n)
     overhead_per_step                       added to every request's latency at every step
 
-All times in seconds. Built-in models are found by name; any other file by path.
+All times in seconds. Built-in models are found by name; any other file by path. A file fitted to one
+experiment (:mod:`specrepro.engine.modelfit`) has a ``drafters`` section with one drafter's
+``{d_kv, d_spec, d_fixed}`` per method; ``load_cost_model(path, drafter=m)`` takes drafter ``m``'s in place of
+``eagle``'s.
 """
 
 from __future__ import annotations
@@ -79,8 +82,9 @@ def resolve(name_or_path: str) -> Path:
     )
 
 
-def load_cost_model(name_or_path: str) -> CostModel:
-    """Read and check a cost model; a missing or non-numeric coefficient is a one-line error."""
+def load_cost_model(name_or_path: str, drafter: str | None = None) -> CostModel:
+    """Read and check a cost model; a missing or non-numeric coefficient is a one-line error. ``drafter``: use
+    ``drafters.<drafter>`` as the drafting coefficients (``eagle`` without a ``drafters`` section is the file's own)."""
     path = resolve(name_or_path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -88,6 +92,12 @@ def load_cost_model(name_or_path: str) -> CostModel:
         raise SpecReproError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(doc, dict):
         raise SpecReproError(f"{path}: expected a mapping of cost-model sections")
+    if drafter is not None and not (drafter == "eagle" and "drafters" not in doc):
+        section = (doc.get("drafters") or {}).get(drafter)
+        if not isinstance(section, dict):
+            known = ", ".join(sorted(doc.get("drafters") or {})) or "none"
+            raise SpecReproError(f"{path}: no drafter {drafter!r} in its 'drafters' section (has: {known})")
+        doc = {**doc, "eagle": section}
     values = {}
     for section, key in COEFFICIENTS:
         where = f"{section}.{key}" if section else key
@@ -99,7 +109,7 @@ def load_cost_model(name_or_path: str) -> CostModel:
             raise SpecReproError(f"{path}: coefficient '{where}' must be a non-negative number, got {v!r}")
         values[where] = float(v)
     return CostModel(
-        name=str(doc.get("name", path.stem)),
+        name=str(doc.get("name", path.stem)) + (f"/{drafter}" if drafter and "drafters" in doc else ""),
         c_kv=values["target.c_kv"],
         c_compute=values["target.c_compute"],
         c_fixed=values["target.c_fixed"],

@@ -17,6 +17,7 @@ _TEX = {
     ">": r"\textgreater{}",
     # pdflatex's T1 fonts lack these glyphs as text characters
     "±": r"$\pm$",
+    "²": r"$^2$",
     "×": r"$\times$",
     "≤": r"$\le$",
     "≥": r"$\ge$",

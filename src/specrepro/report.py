@@ -52,10 +52,16 @@ class Section:
     intro: str = ""
 
 
+#: each experiment's upper bounds on its own traces and cost model: the closed loop (simulated against measured
+#: speedups, the error) always before the bounds it qualifies
+_UPPER_BOUNDS = ("tab_closed_loop_summary", "tab_closed_loop", "fig_closed_loop", "fig10_sim_engine",
+                 "fig12_sim_engine", "tab_sim_engine")
+
 #: a CPU run's real model: trends first, then its measurements, then (on its own traces) the simulator's bounds
 _ENGINE_FIGURES = ("tab_trends", "fig01_speedup", "fig05_acceptance_heatmap", "fig07_request_span",
-                   "fig11_acceptance_diff", "tab_acceptance_stats", "fig04_breakdown", "fig_costfit", "fig09_engine_bleu",
-                   "fig03_reasoning", "fig10_sim_speedup", "fig12_oracle_combine", "tab_oracle_gap")
+                   "fig11_acceptance_diff", "tab_acceptance_stats", "fig04_breakdown", "fig_costfit", "tab_costfit",
+                   "fig09_engine_bleu", "fig03_reasoning", *_UPPER_BOUNDS, "fig10_sim_speedup", "fig12_oracle_combine",
+                   "tab_oracle_gap")
 
 #: The report's order. A figure or table is shown in the first section that names it and takes its subject's
 #: role; a new figure is one more name in the ``names`` of its section (or a new Section here). Inside a
@@ -78,6 +84,8 @@ SECTIONS: tuple[Section, ...] = (
             ("Fig. 12", "Figs. 10, 12")),
     Section("beyond", "Beyond the paper: the upper bound under honest accounting", BEYOND,
             ("tab_sim_beyond", "fig_sim_beyond")),
+    Section("per-model", "Beyond the paper: upper bounds per model, checked against measured speedups", BEYOND,
+            _UPPER_BOUNDS, ("Figs. 10, 12 per model",)),
     Section("today", "Beyond the paper: today's engines", BEYOND, ("fig_today", "tab_today")),
     Section("digitiser", "Check: the paper's figures read independently", BEYOND, ("tab_digitiser",)),
     Section("sizing", "Check: sizing a GPU run on the released traces", BEYOND, ("tab_sizing_validation",)),
@@ -87,7 +95,7 @@ SECTIONS: tuple[Section, ...] = (
                   "written to be shaped like the paper's datasets: whether it shows the paper's qualitative trends. "
                   "It never decides a paper claim."),
     Section("run", "What was run", RUN, ("tab_engine_jobs", "tab_head_positions", "tab_runtime", "fig_costfit",
-                                         "tab_engine_exercise")),
+                                         "tab_costfit", "tab_engine_exercise")),
     # every other figure of a CPU run's engines (with report.standin_figures: the stand-ins' too): "*" = any name
     Section("exercise", "The CPU engine exercise", APPENDIX,
             ("tab_engine_exercise", "tab_engine_jobs", "tab_runtime", "tab_lossless", "tab_memory", "*"),

@@ -324,28 +324,6 @@ rule fig04_breakdown:
         " --csv {output.csv} --metrics {output.metrics} -o {output.pdf} 2> {log}"
 
 
-rule fig_costfit:
-    """The simulator's cost model fitted to this run's profiled steps (plus the fitted model file)."""
-    input:
-        config=RUN_CONFIG,
-        steps=[f"results/engine/{x}/profile/{c}.steps.parquet" for x, c in PROFILE_JOBS],
-    output:
-        pdf="figures/fig_costfit-engine.pdf",
-        csv="figures/fig_costfit-engine.csv",
-        model=f"results/engine/cost_model-{RUN['name']}-fit.yaml",
-        report=f"results/engine/cost_model-{RUN['name']}-fit.json",
-    params:
-        base=SIM.get("cost_model", "llama3.1-8b-h100") if SIM else "llama3.1-8b-h100",
-    log:
-        "logs/figures/fig_costfit-engine.log",
-    conda:
-        "../../envs/analysis.yaml"
-    shell:
-        "specrepro figure fig_costfit --run-config {input.config} --subject engine --steps {input.steps:q}"
-        " --base {params.base} --cost-model {output.model} --report {output.report} --csv {output.csv}"
-        " -o {output.pdf} 2> {log}"
-
-
 rule tab_memory:
     """Memory overhead of each drafter: weights and KV bytes per token, from the architecture and from vLLM."""
     input:
@@ -392,6 +370,9 @@ rule tab_trends:
         breakdown=[f"results/engine/{x}/profile/{c}.breakdown.csv" for x, c in PROFILE_JOBS if x in TREND_EXPERIMENTS],
         acceptance=f"results/metrics/acceptance-{RELEASED['name']}.json",
         drafters=trend_drafters(),
+        # Figs. 10/12's findings on the experiments' own traces, and the closed loop (workflow/rules/upperbounds.smk)
+        upper=lambda wc: [f"results/simulator/engine-{x}/upper_bounds.csv" for x in TREND_EXPERIMENTS if x in UPPER_BOUND_EXPERIMENTS],
+        closed=lambda wc: [f"results/simulator/engine-{x}/closed_loop.json" for x in TREND_EXPERIMENTS if x in UPPER_BOUND_EXPERIMENTS],
     output:
         tex="figures/tab_trends-engine.tex",
         csv="figures/tab_trends-engine.csv",
@@ -400,6 +381,8 @@ rule tab_trends:
         released=RELEASED["name"],
         breakdown=lambda wc, input: " ".join(repr(p) for p in input.breakdown),
         drafters=lambda wc, input: " ".join(repr(p) for p in input.drafters),
+        upper=lambda wc, input: " ".join(repr(p) for p in input.upper),
+        closed=lambda wc, input: " ".join(repr(p) for p in input.closed),
     log:
         "logs/figures/tab_trends-engine.log",
     conda:
@@ -407,4 +390,5 @@ rule tab_trends:
     shell:
         "specrepro figure tab_trends --run-config {input.config} --subject engine --points {input.points:q}"
         " --breakdown {params.breakdown} --acceptance-metrics {input.acceptance} --released {params.released}"
-        " --drafters {params.drafters} --csv {output.csv} --json {output.json} -o {output.tex} 2> {log}"
+        " --drafters {params.drafters} --upper-bounds {params.upper} --closed-loop {params.closed}"
+        " --csv {output.csv} --json {output.json} -o {output.tex} 2> {log}"

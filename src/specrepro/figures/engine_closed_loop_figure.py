@@ -1,0 +1,74 @@
+"""Figure: simulated against measured speedup of one experiment, one marker per compared point (closed loop).
+
+Input: ``specrepro closed-loop``'s table and summary (:mod:`specrepro.engine.closedloop`). x: measured speedup
+with its 95 % interval, y: simulated on the same requests with its interval; colour = method, marker = batch
+size; the dashed line is equality. The title gives the median and worst absolute error.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from . import style
+from ..io import read_json
+
+SPEC = FigureSpec(
+    name="fig_closed_loop",
+    kind="figure",
+    title="Closed loop: simulated against measured speedup",
+    paper_ref="Sec. 6 (beyond the paper)",
+    caption=(
+        "Simulated (paper mode, this experiment's own cost model and traces, the benchmark's requests) against "
+        "measured speedup of every configuration of {subject_label} both benchmarked and traced; one marker per "
+        "dataset, method, k and batch size (colour: method; marker: batch size), bars: 95 % bootstrap intervals over "
+        "the requests, dashed: equality. Points above the line are where the simulator promises more than the engine "
+        "delivered."
+    ),
+    paper_statement=(
+        "The paper's upper bounds come from a simulator it does not compare with its own measured speedups."
+    ),
+    data="engine runs and this run's engine traces",
+)
+
+MARKERS = ("o", "s", "D", "^", "v", "P", "X", "h")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--table", required=True)
+    p.add_argument("--summary", required=True)
+
+
+def build(args, ctx: TraceContext) -> None:
+    style.apply()
+    t = pd.read_csv(args.table)
+    s = read_json(args.summary)
+    fig, ax = plt.subplots(figsize=(3.6, 3.4), constrained_layout=True)
+    bs = sorted(t["batch_size"].unique()) if len(t) else []
+    marker = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(bs)}
+    for r in t.itertuples(index=False):
+        c = style.method_color(r.method)
+        ax.errorbar([r.measured], [r.simulated],
+                    xerr=[[max(r.measured - r.measured_ci_low, 0)], [max(r.measured_ci_high - r.measured, 0)]],
+                    yerr=[[max(r.simulated - r.simulated_ci_low, 0)], [max(r.simulated_ci_high - r.simulated, 0)]],
+                    fmt=marker[r.batch_size], color=c, markersize=4, elinewidth=0.5, capsize=0, alpha=0.9)
+    if len(t):
+        lo = float(min(t[["measured", "simulated", "measured_ci_low", "simulated_ci_low"]].min().min(), 1.0))
+        hi = float(max(t[["measured", "simulated", "measured_ci_high", "simulated_ci_high"]].max().max(), 1.0))
+        pad = 0.05 * (hi - lo or 1.0)
+        ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="#555555", linestyle="--", linewidth=0.7)
+        for m in dict.fromkeys(t["method"]):
+            ax.plot([], [], "o", color=style.method_color(m), markersize=4, label=style.METHOD_LABELS.get(m, m))
+        for b in bs:
+            ax.plot([], [], marker[b], color="#555555", markersize=4, linestyle="none", label=f"B={b}")
+        ax.legend(fontsize=5.5, frameon=False, loc="upper left")
+        ax.set_title(f"median |error| {100 * s['median_abs_error']:.0f} %, worst {100 * s['worst_abs_error']:.0f} % "
+                     f"({s['points']} points)", fontsize=7)
+    else:
+        ax.set_title("no configuration both benchmarked and traced", fontsize=7)
+    ax.set_xlabel("measured speedup")
+    ax.set_ylabel("simulated speedup")
+    ax.grid(True, linestyle="--", linewidth=0.3, color="#bbbbbb")
+    ax.set_axisbelow(True)
+    style.save_pdf(fig, args.output)

@@ -1,0 +1,71 @@
+"""Table: the closed loop of every experiment with engine traces, one row each (its error before its bounds).
+
+Input: every experiment's ``closed_loop.json`` (:mod:`specrepro.engine.closedloop`): compared points, median and worst
+absolute relative error (with the worst point), how many simulated values lie in the measured 95 % interval,
+ordering agreement, and where the cost model came from.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ._enginesim import fmt
+from ..io import read_json, write_csv, write_text
+from ..latex import tex_escape
+
+SPEC = FigureSpec(
+    name="tab_closed_loop_summary",
+    kind="table",
+    title="Closed loop of every model: how far to trust its simulated upper bounds",
+    paper_ref="Sec. 6 (beyond the paper)",
+    caption=(
+        "For every experiment with engine traces ({subject_label}): the configurations it both benchmarked and traced "
+        "(fixed k), the median and worst |simulated / measured - 1| of their speedups (simulator in paper mode on the "
+        "experiment's own traces and cost model, on the benchmark's requests), how many simulated values lie inside "
+        "the measured 95 % interval, whether the simulator orders the configurations of each dataset and batch size as "
+        "measured, and what the cost model was fitted to (profiled steps, or the benchmark's own wall times: "
+        "in-sample)."
+    ),
+    paper_statement="The paper does not compare its simulator with its measured speedups.",
+    data="engine runs and this run's engine traces",
+)
+
+COLUMNS = ["exp", "points", "median_abs_error", "worst_abs_error", "worst", "within_measured_ci", "groups",
+           "groups_agreeing", "ranking_agrees", "fit_source", "ngram_match_prob"]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--summaries", nargs="+", required=True, help="results/simulator/engine-<exp>/closed_loop.json")
+    p.add_argument("--csv", required=True)
+
+
+def row(s: dict) -> dict:
+    w = s.get("worst") or {}
+    return {"exp": s["exp"], "points": s.get("points", 0), "median_abs_error": s.get("median_abs_error"),
+            "worst_abs_error": s.get("worst_abs_error"),
+            "worst": f"{w.get('dataset')} {w.get('config')} B={w.get('batch_size')}" if w else "",
+            "within_measured_ci": s.get("within_measured_ci", 0), "groups": s.get("groups", 0),
+            "groups_agreeing": s.get("groups_agreeing", 0), "ranking_agrees": s.get("ranking_agrees"),
+            "fit_source": (s.get("diagnostics") or {}).get("fit_source"), "ngram_match_prob": s.get("ngram_match_prob")}
+
+
+def to_latex(t: pd.DataFrame) -> str:
+    lines = [r"\begin{tabular}{@{}lrrrlrrl@{}}", r"\toprule",
+             r"experiment & points & median $|$err$|$ & worst $|$err$|$ & worst point & in CI & ordering & cost model \\",
+             r"\midrule"]
+    for r in t.itertuples(index=False):
+        pct = (lambda v: "--" if v is None or v != v else f"{100 * v:.0f}\\,\\%")
+        order = f"{r.groups_agreeing}/{r.groups}" if r.groups else "--"
+        src = {"profile": "profiled steps", "bench": "bench (in-sample)"}.get(r.fit_source, str(r.fit_source))
+        lines.append(f"\\texttt{{{tex_escape(r.exp)}}} & {r.points} & {pct(r.median_abs_error)} & "
+                     f"{pct(r.worst_abs_error)} & {{\\scriptsize {tex_escape(r.worst)}}} & {r.within_measured_ci} & "
+                     f"{order} & {tex_escape(src)} \\\\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def build(args, ctx: TraceContext) -> None:
+    t = pd.DataFrame([row(read_json(p)) for p in args.summaries], columns=COLUMNS)
+    write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
+    write_text(args.output, to_latex(t))
