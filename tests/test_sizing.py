@@ -4,6 +4,7 @@ coverage on cases with a known answer, and the plan's output."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import re
@@ -509,3 +510,21 @@ def test_profiled_passes_take_their_experiments_requests():
     assert plan.loc[("qwen3-8b", "profile", "draft_model-k3"), "points"] == 120 * 2  # B = 1 and 512
     full = sizing.load_config(PAPER)
     assert bench_spec(full, "llama3-70b", "ngram-k3", profile=True)["num_requests"] == 500
+
+
+def test_per_model_simulator_claims_are_measured_where_the_experiment_traces_them():
+    """Figs. 10/12 per model (keys sim.engine-<exp>.…): the full grid measures every one (its trace and profile jobs;
+    not sized), the quick config none, each with its reason; a dataset the experiment does not trace is not covered."""
+    claims = load_claims(CLAIMS)
+    per_model = [c for c in claims if (c.measured_by or "").startswith("sim.engine-")]
+    assert len(per_model) == 49
+    full = sizing.size_claims(per_model, sizing.load_config(PAPER), None, headline_only=False)
+    assert set(full["status"]) == {sizing.NOT_SIZED} and full["jobs"].str.endswith("/traces").all()
+    quick = sizing.load_config(QUICK)
+    q = sizing.size_claims(per_model, quick, None, headline_only=False)
+    assert set(q["status"]) == {sizing.NOT_COVERED} and q["note"].str.startswith("dropped: the per-model upper").all()
+    c = per_model[0]
+    other = dataclasses.replace(c, measured_by=c.measured_by.replace(".instructcoder.", ".aime."),
+                                than=(c.than or "").replace(".instructcoder.", ".aime."))
+    row = sizing.size_claim(other, sizing.load_config(PAPER), None, None, claims)
+    assert row["status"] == sizing.NOT_COVERED and "does not measure sim.engine-llama3.1-8b.aime." in row["note"]

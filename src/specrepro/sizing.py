@@ -634,6 +634,8 @@ def size_claim(claim: Claim, cfg: Mapping[str, Any], proxy: TraceProxy | None, p
         return _engine_trace_row(row, key, cfg)
     if key.startswith("tree."):
         return _tree_row(row, key, cfg)
+    if key.startswith("sim.engine-"):
+        return _engine_sim_row(row, [key, claim.than or ""] if claim.kind == "ordering" else [key], cfg)
     env_key = envelope_quantity(claim, claims)
     if key.startswith(ENVELOPE_PREFIX):
         if env_key is None:
@@ -737,6 +739,34 @@ def _tree_row(row: dict, key: str, cfg: Mapping[str, Any]) -> dict:
                                                           "tree verification to give its per-request spread")
             return row
     row["note"] = f"this config does not measure {key}"
+    return row
+
+
+def _engine_sim_row(row: dict, keys: Sequence[str], cfg: Mapping[str, Any]) -> dict:
+    """A claim on the simulator over an experiment's own traces (``sim.engine-<exp>.<dataset>.<proposer>.<policy>.b<B>``,
+    Figs. 10/12 per model): measured where the experiment traces that proposer's methods (Oracle Combine and the best
+    single oracle: n-gram and a drafter) on the dataset and runs the batch size; never sized (a simulated value has no
+    per-request spread of its own in this rule). Its jobs are the trace and profile jobs the plan already bills."""
+    from .engine.jobs import trace_datasets, trace_methods
+
+    exps = _exp_map(cfg)
+    for key in [k for k in keys if k]:
+        rest = key[len("sim.engine-"):]
+        exp = next((e for e in sorted(exps, key=len, reverse=True) if rest.startswith(e + ".")), None)
+        parts = rest[len(exp) + 1:].split(".") if exp else []
+        if exp is None or len(parts) != 4 or not parts[3][1:].isdigit():
+            row["note"] = f"this config does not measure {key}"
+            return row
+        ds, proposer, _, b = parts
+        traced = set(trace_methods(cfg, exp))
+        need = {"ngram"} | (traced - {"ngram"}) if proposer in ("combined", "best-single") else {proposer}
+        if ds not in trace_datasets(cfg, exp) or not need <= traced or len(need) < (2 if proposer in ("combined", "best-single") else 1) \
+                or int(b[1:]) not in exps[exp]["batch_sizes"]:
+            row["note"] = f"this config does not measure {key}"
+            return row
+    row.update(status=NOT_SIZED, jobs=" ".join(sorted({f"{k[len('sim.engine-'):].split('.')[0]}/traces" for k in keys if k})),
+               note="measured by the simulator on the experiment's own k = 20 traces and fitted cost model (no GPU "
+                    "time of its own); a simulated value is not sized by this rule")
     return row
 
 
