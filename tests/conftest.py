@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# the marker scheme (slow/e2e/slurm/engine), checked on every test while it runs (tests/_markers.py)
+pytest_plugins = ["_markers"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = (REPO / ".." / "shared" / "traces" / "llama3.1-8B-H100").resolve()
 DATASETS = ("cnn", "gsm8k", "instructcoder", "sharegpt")
