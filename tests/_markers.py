@@ -6,7 +6,8 @@ test process and of its finished children, and every subprocess it starts. A tes
 
 - it starts a vLLM engine (``tests/engine_smoke.py``, an engine verb of ``specrepro``, a script that builds
   ``LLM(``) and is not marked ``engine`` (or ``e2e``/``slurm``);
-- it runs the whole Snakemake workflow (a real run with no target) and is not marked ``e2e`` or ``slurm``;
+- it runs the whole Snakemake workflow (a real run with no target that finishes with status 0) and is not marked
+  ``e2e`` or ``slurm``;
 - it is not marked ``slow`` and it, with the fixtures it uses (each fixture counted whole, whichever test set it
   up), took more than ``fast_cpu_budget`` CPU-seconds (``pyproject.toml``).
 
@@ -113,8 +114,16 @@ def classify(argv) -> set[str]:
 class Record:
     cpu: float = 0.0
     wall: float = 0.0
-    kinds: set[str] = field(default_factory=set)
-    commands: list[str] = field(default_factory=list)
+    started: list[tuple[set[str], subprocess.Popen]] = field(default_factory=list)
+
+    @property
+    def kinds(self) -> set[str]:
+        """What its subprocesses did: ``engine`` once one started vLLM, ``workflow`` once a run of the whole
+        Snakefile finished with status 0 (a run that stops before any job, on a config error, costs nothing)."""
+        out: set[str] = set()
+        for kinds, proc in self.started:
+            out |= {k for k in kinds if k != "workflow" or proc.returncode == 0}
+        return out
 
 
 class Meter:
@@ -137,7 +146,7 @@ class Meter:
             self.stack[-1][3] += cpu
             self.stack[-1][4] += wall
 
-    def popen(self, argv) -> None:
+    def popen(self, proc: subprocess.Popen, argv) -> None:
         if not self.stack:
             return
         cpu0 = cpu_seconds()
@@ -146,11 +155,8 @@ class Meter:
         except Exception:  # noqa: BLE001 - never break a test's subprocess over the bookkeeping
             kinds = set()
         self.stack[-1][3] += cpu_seconds() - cpu0  # the bookkeeping (Snakemake's parser) is not the test's
-        rec = self.stack[-1][0]
         if kinds:
-            rec.kinds |= kinds
-            text = argv if isinstance(argv, str) else " ".join(map(str, argv))
-            rec.commands.append(text[:200])
+            self.stack[-1][0].started.append((kinds, proc))
 
     def fixture_records(self, item) -> list[tuple[str, Record]]:
         """The records of the shared fixtures this test uses (the most specific definition of each name, the
@@ -173,8 +179,8 @@ _POPEN_INIT = subprocess.Popen.__init__
 
 
 def _recording_init(self, args, *a, **kw):
-    METER.popen(args)
     _POPEN_INIT(self, args, *a, **kw)
+    METER.popen(self, args)
 
 
 def problems(item, own: Record, fixtures: list[tuple[str, Record]], budget: float) -> list[str]:

@@ -58,10 +58,19 @@ def test_unmarked_engine():
 def test_marked_engine():
     subprocess.run(ENGINE, check=True)
 
-def test_unmarked_workflow():
+def _snakemake(tmp_path, status):
+    # a whole-workflow command line of Snakemake (no target), exiting with this status
+    fake = tmp_path / "snakemake"
+    fake.write_text(f"#!/bin/sh\\nexit {status}\\n")
+    fake.chmod(0o755)
+    subprocess.run([str(fake), "--profile", "profiles/cpu", "--directory", str(tmp_path)])
+
+def test_unmarked_workflow(tmp_path):
     subprocess.run([sys.executable, "-c", "pass", "snakemake"], check=True)  # not a snakemake run
-    subprocess.Popen(["snakemake", "--profile", "profiles/cpu"], executable=sys.executable,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).wait()
+    _snakemake(tmp_path, 0)
+
+def test_unmarked_workflow_that_stops_before_any_job(tmp_path):
+    _snakemake(tmp_path, 1)
 
 def test_costly():
     spin(0.6)
@@ -110,7 +119,7 @@ def test_guard_fails_unmarked_engine_workflow_and_costly_tests(inner_suite):
     got, out = _outcomes(["."], inner_suite)
     assert got == {
         "test_unmarked_engine": "FAILED", "test_marked_engine": "PASSED",
-        "test_unmarked_workflow": "FAILED",
+        "test_unmarked_workflow": "FAILED", "test_unmarked_workflow_that_stops_before_any_job": "PASSED",
         "test_costly": "FAILED", "test_costly_marked_slow": "PASSED", "test_cheap": "PASSED",
         # the fixture's cost counts for every test that uses it, whichever set it up
         "test_first_user_of_a_costly_fixture": "FAILED", "test_second_user_of_a_costly_fixture": "FAILED",
