@@ -11,7 +11,9 @@ test process and of its finished children, and every subprocess it starts. A tes
 - it is not marked ``slow`` and it, with the fixtures it uses (each fixture counted whole, whichever test set it
   up), took more than ``fast_cpu_budget`` CPU-seconds (``pyproject.toml``).
 
-CPU time, not wall time: the machine is shared, and CPU time hardly moves with the load. ``--cost-report FILE``
+CPU time, not wall time: the machine is shared, and CPU time moves much less with the load than wall time (it
+still grows under heavy contention: the slow tests of test_engine_traces.py took 212 CPU-s at load 1.5 and about
+2.6 times that at load 12, so the budget is about twice the costliest fast test measured under load). ``--cost-report FILE``
 writes every test's wall and CPU seconds (JSON lines) for measuring the suite file by file.
 """
 
@@ -205,7 +207,7 @@ def problems(item, own: Record, fixtures: list[tuple[str, Record]], budget: floa
 
 
 def pytest_addoption(parser):
-    parser.addini("fast_cpu_budget", "CPU-seconds a test outside the slow set may use, fixtures included", default="30")
+    parser.addini("fast_cpu_budget", "CPU-seconds a test outside the slow set may use, fixtures included", default="60")
     parser.addoption("--cost-report", metavar="FILE", help="write every test's wall and CPU seconds (JSON lines)")
 
 
