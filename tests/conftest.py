@@ -94,6 +94,44 @@ def run_snakemake(args: list[str], cwd: Path = REPO, env: dict | None = None, ti
     )
 
 
+@pytest.fixture(scope="session")
+def dag_jobs(tmp_path_factory):
+    """``dag_jobs(config, *targets, apptainer=True) -> (jobs, cache_dir)``: every job of a config's DAG
+    (tests/dag_probe.py; ``cache.dir`` = ``cache_dir``), built once per session for the same arguments (several
+    modules read the paper DAG: each build is a Snakemake start and a DAG of about 700 jobs)."""
+    from _infra import env_with, fake_apptainer
+
+    built: dict[tuple, tuple[list[dict], Path]] = {}
+
+    def probe(config: str, *targets: str, apptainer: bool = True) -> tuple[list[dict], Path]:
+        key = (config, targets, apptainer)
+        if key not in built:
+            work = tmp_path_factory.mktemp("dag")
+            proc = subprocess.run(
+                [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), config, str(work / "cache"),
+                 *(["--apptainer"] if apptainer else []), *targets],
+                capture_output=True, text=True, env=env_with(fake_apptainer(work) if apptainer else None), timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            built[key] = (json.loads(proc.stdout), work / "cache")
+        return built[key]
+
+    return probe
+
+
+@pytest.fixture(scope="session")
+def dry_run(tmp_path_factory):
+    """``dry_run(*args)``: ``snakemake -n *args`` in an empty directory of its own, once per session for the same
+    arguments (the CompletedProcess)."""
+    done: dict[tuple, subprocess.CompletedProcess] = {}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        if args not in done:
+            done[args] = run_snakemake(["-n", *args, "--directory", str(tmp_path_factory.mktemp("dry-run"))])
+        return done[args]
+
+    return run
+
+
 PROMPT_FILES = sorted((REPO / "config" / "prompts").glob("*.jsonl"))
 ENGINE_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 

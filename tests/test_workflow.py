@@ -40,8 +40,8 @@ def only_snakemake_state(workdir) -> bool:
     return all(p.name in {".snakemake", "config.yaml", "traces"} for p in workdir.iterdir())
 
 
-def test_paper_dag_resolves(tmp_path):
-    proc = run_snakemake(["-n", "--directory", str(tmp_path)])
+def test_paper_dag_resolves(dry_run):
+    proc = dry_run()
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = planned_jobs(proc.stdout)
     assert jobs["fetch_released_trace"] == 4
