@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# the marker scheme (slow/e2e/slurm/engine), checked on every test while it runs (tests/_markers.py)
+pytest_plugins = ["_markers"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = (REPO / ".." / "shared" / "traces" / "llama3.1-8B-H100").resolve()
 DATASETS = ("cnn", "gsm8k", "instructcoder", "sharegpt")
@@ -89,6 +92,44 @@ def run_snakemake(args: list[str], cwd: Path = REPO, env: dict | None = None, ti
     return subprocess.run(
         snakemake_cmd() + args, cwd=cwd, capture_output=True, text=True, env=full_env, timeout=timeout
     )
+
+
+@pytest.fixture(scope="session")
+def dag_jobs(tmp_path_factory):
+    """``dag_jobs(config, *targets, apptainer=True) -> (jobs, cache_dir)``: every job of a config's DAG
+    (tests/dag_probe.py; ``cache.dir`` = ``cache_dir``), built once per session for the same arguments (several
+    modules read the paper DAG: each build is a Snakemake start and a DAG of about 700 jobs)."""
+    from _infra import env_with, fake_apptainer
+
+    built: dict[tuple, tuple[list[dict], Path]] = {}
+
+    def probe(config: str, *targets: str, apptainer: bool = True) -> tuple[list[dict], Path]:
+        key = (config, targets, apptainer)
+        if key not in built:
+            work = tmp_path_factory.mktemp("dag")
+            proc = subprocess.run(
+                [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), config, str(work / "cache"),
+                 *(["--apptainer"] if apptainer else []), *targets],
+                capture_output=True, text=True, env=env_with(fake_apptainer(work) if apptainer else None), timeout=300)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            built[key] = (json.loads(proc.stdout), work / "cache")
+        return built[key]
+
+    return probe
+
+
+@pytest.fixture(scope="session")
+def dry_run(tmp_path_factory):
+    """``dry_run(*args)``: ``snakemake -n *args`` in an empty directory of its own, once per session for the same
+    arguments (the CompletedProcess)."""
+    done: dict[tuple, subprocess.CompletedProcess] = {}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        if args not in done:
+            done[args] = run_snakemake(["-n", *args, "--directory", str(tmp_path_factory.mktemp("dry-run"))])
+        return done[args]
+
+    return run
 
 
 PROMPT_FILES = sorted((REPO / "config" / "prompts").glob("*.jsonl"))

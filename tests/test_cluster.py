@@ -105,8 +105,11 @@ def test_cpu_run_through_slurm(tmp_path):
     small.write_text(yaml.safe_dump({"experiments": keep}, sort_keys=False))
     proc = snakemake("--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path),
                      "--profile", str(REPO / "profiles" / "cpu"), "--configfile", str(REPO / "config" / "cpu.yaml"),
-                     str(small), "--executor", "slurm", "--jobs", "4",
+                     str(small), "--executor", "slurm", "--jobs", "16",
                      "--slurm-status-command", "squeue",  # the CI cluster keeps no accounting (sacct)
+                     # the plugin checks jobs 40 s after a job finished (10 s later each round none did): with
+                     # jobs of seconds the stage mostly waited; SLURM itself runs what the node's CPUs allow
+                     "--slurm-init-seconds-before-status-checks", "2",
                      "--default-resources", "mem_mb=1000", "runtime=30", timeout=3600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert (tmp_path / "paper" / "report.pdf").exists()

@@ -137,17 +137,6 @@ def test_labels_environment_and_test(name):
     assert "apptainer build" in sections(text)["help"]
 
 
-def _probe(tmp_path, config, *targets, apptainer=True):
-    env = env_with(fake_apptainer(tmp_path) if apptainer else None)
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), config, str(tmp_path / "cache"),
-         *(["--apptainer"] if apptainer else []), *targets],
-        capture_output=True, text=True, env=env, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
-
-
 def is_gpu_rule(job):
     """The marker (CONTRIBUTING.md): a rule named engine_* or with a gpu resource."""
     return job["rule"].startswith("engine_") or int(job["resources"].get("gpu", 0) or 0) > 0
@@ -182,14 +171,14 @@ def expected_image(job, cfg):
     return job_image(cfg, exp)
 
 
-def test_every_gpu_job_runs_in_its_own_image_and_needs_it(tmp_path):
+def test_every_gpu_job_runs_in_its_own_image_and_needs_it(dag_jobs):
     """Every GPU job (vLLM's and Fig. 2's SGLang jobs) in its own image, which it takes as input with its test."""
     import yaml
 
     from specrepro.engine.images import image_stem
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    jobs = _probe(tmp_path, "config/paper.yaml", "all")
+    jobs, cache = dag_jobs("config/paper.yaml", "all")
     gpu_jobs = [j for j in jobs if is_gpu_rule(j)]
     assert gpu_jobs, "no GPU job in the paper DAG"
     assert {"engine_sglang_bench", "container_test_sglang"} <= {j["rule"] for j in gpu_jobs}
@@ -199,7 +188,7 @@ def test_every_gpu_job_runs_in_its_own_image_and_needs_it(tmp_path):
         seen.add(name)
         assert (name == "sglang") == (j["rule"] in ("engine_sglang_bench", "container_test_sglang")
                                       or "-sglang/" in j["output"][0]), j["output"]
-        image = f"{tmp_path}/cache/images/{image_stem(name)}.sif"
+        image = f"{cache}/images/{image_stem(name)}.sif"
         assert j["container"] == image, (j["output"], j["container"], image)
         assert image in j["input"], f"{j['rule']} does not take its image as input (it would not be built first)"
         if not j["rule"].startswith("container_test"):
@@ -219,9 +208,9 @@ def test_every_gpu_job_runs_in_its_own_image_and_needs_it(tmp_path):
     assert f"sglang={SGLANG_DEF}" in pre["params"]["images"]
 
 
-def test_draft_model_and_mtp_jobs_run_on_engines_that_have_them(tmp_path):
+def test_draft_model_and_mtp_jobs_run_on_engines_that_have_them(dag_jobs):
     """Defects 2 and 3: draft-model jobs ran on 0.10.1.1 (NotImplementedError), GLM MTP too (no MTP model)."""
-    jobs = _probe(tmp_path, "config/paper.yaml", "all")
+    jobs, _ = dag_jobs("config/paper.yaml", "all")
     bench = {j["output"][0]: j["container"].rsplit("/", 1)[1] for j in jobs if j["rule"] == "engine_bench"}
     assert bench["results/engine/llama3-70b/bench/draft_model-k3.parquet"] == "vllm-latest.sif"
     assert bench["results/engine/qwen3-8b/bench/draft_model-k3.parquet"] == "vllm-latest.sif"
@@ -233,7 +222,7 @@ def test_draft_model_and_mtp_jobs_run_on_engines_that_have_them(tmp_path):
     assert bench["results/engine/tree-llama3-70b-vllm/bench/eagle-k6-tree-d3b2.parquet"] == "vllm-paper.sif"
 
 
-def test_default_image_selected_by_config(tmp_path):
+def test_default_image_selected_by_config(tmp_path, dag_jobs):
     import yaml
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
@@ -244,16 +233,16 @@ def test_default_image_selected_by_config(tmp_path):
             m.pop("container", None)
     path = tmp_path / "latest.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    jobs = _probe(tmp_path, str(path), "all")
-    images = f"{tmp_path}/cache/images"
+    jobs, cache = dag_jobs(str(path), "all")
+    images = f"{cache}/images"
     for j in (j for j in jobs if is_gpu_rule(j)):  # Fig. 2's SGLang jobs keep their own image
         sglang = j["rule"] in ("engine_sglang_bench", "container_test_sglang") or "-sglang/" in j["output"][0]
         assert j["container"] == (f"{images}/sglang.sif" if sglang else f"{images}/vllm-latest.sif"), j["output"]
 
 
-def test_gpu_jobs_take_their_gpus_through_a_lease(tmp_path):
+def test_gpu_jobs_take_their_gpus_through_a_lease(dag_jobs):
     """Defect 5: every GPU job's command runs through `specrepro with-gpus <its gpu count>` (own GPUs)."""
-    jobs = _probe(tmp_path, "config/paper.yaml", "all")
+    jobs, _ = dag_jobs("config/paper.yaml", "all")
     gpu_jobs = [j for j in jobs if int(j["resources"].get("gpu", 0) or 0) > 0]
     assert {j["rule"] for j in gpu_jobs} == {"engine_bench", "engine_profile", "engine_trace", "container_test",
                                              "engine_sglang_bench", "container_test_sglang"}
@@ -261,12 +250,12 @@ def test_gpu_jobs_take_their_gpus_through_a_lease(tmp_path):
         n = int(j["resources"]["gpu"])
         assert j["params"]["gpus"].startswith(f"specrepro with-gpus {n} --lease-dir "), (j["rule"], j["params"])
         assert j["shell"].startswith("{params.gpus} "), (j["rule"], j["shell"][:80])
-    cpu = _probe(tmp_path, "config/cpu.yaml", "all", apptainer=False)
+    cpu, _ = dag_jobs("config/cpu.yaml", "all", apptainer=False)
     assert all(j["params"].get("gpus", "") == "" for j in cpu if j["rule"].startswith("engine_"))
 
 
-def test_cpu_run_needs_no_image(tmp_path):
-    jobs = _probe(tmp_path, "config/cpu.yaml", "all", apptainer=False)
+def test_cpu_run_needs_no_image(dag_jobs):
+    jobs, _ = dag_jobs("config/cpu.yaml", "all", apptainer=False)
     assert not [j for j in jobs if j["rule"].startswith("container_") or j["container"]]
 
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from _infra import REPO, env_with, fake_apptainer
+from _infra import REPO, env_with
 from conftest import ENGINE_ENV, needs_vllm
 from specrepro.config import validate_schema
 from specrepro.engine.jobs import bench_spec, engine_args, engine_jobs, trace_spec
@@ -30,16 +30,13 @@ def validated(path):
     return cfg
 
 
-def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path):
+def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path, dag_jobs):
     """The jobs engine-args prints are the DAG's engine jobs (Fig. 2's SGLang jobs too): same outputs, same logs,
     same images, same spec."""
     from specrepro.engine.images import image_stem
 
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), "config/paper.yaml", str(tmp_path / "cache"),
-         "--apptainer", "all"], capture_output=True, text=True, env=env_with(fake_apptainer(tmp_path)), timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    dag = {j["output"][0]: j for j in json.loads(proc.stdout) if j["rule"] in DAG_RULES}
+    jobs, cache = dag_jobs("config/paper.yaml", "all")
+    dag = {j["output"][0]: j for j in jobs if j["rule"] in DAG_RULES}
     recs = {r["job"]: r for r in engine_args(validated(REPO / "config" / "paper.yaml"), tmp_path)}
     # Fig. 1-4: 21 bench, 12 profile, 13 trace jobs (one per experiment and method); Fig. 2: 8 bench jobs on
     # vLLM's tree path, 8 on SGLang; llama3.1-8b-today: 6 bench, 4 profile, no traces
@@ -48,7 +45,7 @@ def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path):
     for out, r in recs.items():
         j = dag[out]
         assert (j["rule"], j["log"]) == (r["rule"], [r["log"]])
-        assert j["container"] == f"{tmp_path}/cache/images/{image_stem(r['image'])}.sif"
+        assert j["container"] == f"{cache}/images/{image_stem(r['image'])}.sif"
         assert int(j["resources"]["gpu"]) == r["gpus"]
         version = {"paper": "0.10.1.1", "v0111": "0.11.1", "latest": "0.34.0", "sglang": "0.5.9"}[r["image"]]
         assert (r["engine"], r["engine_version"]) == ("sglang" if r["image"] == "sglang" else "vllm", version)

@@ -178,13 +178,11 @@ def test_traces_of_paper_shaped_targets_agree_with_vllm_counters(kind):
     assert got[1] > 0  # the layer-skip draft gets tokens accepted
 
 
-def test_paper_trace_jobs_run_on_the_experiments_gpus(tmp_path):
+def test_paper_trace_jobs_run_on_the_experiments_gpus(dry_run):
     """Defect 6: the 70B trace held bf16 and fp32 copies on the host (~423 GB, above its request). Every
     engine_trace job of the paper DAG now asks for what its experiment's bench job asks (the model's
     GPUs, the same host memory), and a time limit from the plan's trace row."""
-    from conftest import run_snakemake
-
-    proc = run_snakemake(["-n", "--directory", str(tmp_path)])
+    proc = dry_run()
     assert proc.returncode == 0, proc.stderr[-2000:]
     blocks = re.split(r"\n(?=rule \w+:)", proc.stdout)
     res: dict[tuple[str, str], dict[str, str]] = {}

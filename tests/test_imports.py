@@ -1,0 +1,56 @@
+"""The package's import graph (tools/import_graph.py, read by ast): the tool on a hand-made package, and a
+ratchet until issue 18's restructure (docs/LAYERS-plan.md) replaces it with import-linter contracts: the one
+import cycle of today does not grow and nothing new imports the CLI."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tools"))
+import import_graph as ig  # noqa: E402
+
+#: the cycle of 2026-12-04 (docs/LAYERS-plan.md, section 1)
+CYCLE_TODAY = {
+    "specrepro.cli", "specrepro.config", "specrepro.plan", "specrepro.preflight", "specrepro.sizing",
+    "specrepro.engine.images", "specrepro.engine.jobs", "specrepro.engine.sglang", "specrepro.engine.sourcecheck",
+    "specrepro.engine.sourcecheck_sglang", "specrepro.engine.traces",
+}
+#: modules that import the CLI today (the two engine modules borrow its helpers; the plan moves them)
+IMPORT_CLI_TODAY = {"specrepro.__main__", "specrepro.engine.sglang", "specrepro.engine.traces"}
+
+
+def test_the_tool_on_a_hand_made_package(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("import numpy\nfrom . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import x\n    import pandas\n")
+    (pkg / "c.py").write_text("from .sub import d\n\ndef g():\n    from pkg import b\n")
+    (pkg / "sub" / "d.py").write_text("from ..a import y\n")
+    edges = ig.graph("pkg", tmp_path)
+    got = {(e.importer, e.line, e.target, e.local, e.function) for e in ig.internal(edges, "pkg")}
+    assert got == {("pkg.a", 2, "pkg.b", False, ""), ("pkg.b", 2, "pkg.a", True, "f"),
+                   ("pkg.c", 1, "pkg.sub.d", False, ""), ("pkg.c", 4, "pkg.b", True, "g"),
+                   ("pkg.sub.d", 1, "pkg.a", False, "")}
+    assert ig.cycles(ig.internal(edges, "pkg")) == [["pkg.a", "pkg.b"]]
+    assert ig.cycles([e for e in ig.internal(edges, "pkg") if not e.local]) == []  # Python never meets it
+    local = {(e.importer, e.target): ig.why_local(edges, e) for e in ig.internal(edges, "pkg") if e.local}
+    assert local == {("pkg.b", "pkg.a"): "dodges an import-time cycle",
+                     ("pkg.c", "pkg.b"): "no cycle, no heavy package (could be module-level)"}
+    assert ig.heavy_at_top(edges) == {"pkg.a": ["numpy"]}
+
+
+def test_the_cycle_does_not_grow():
+    comps = ig.cycles(ig.internal(ig.graph()))
+    grown = [sorted(set(c) - CYCLE_TODAY) for c in comps if not set(c) <= CYCLE_TODAY]
+    assert not grown, (f"new modules in an import cycle: {grown}; see docs/LAYERS-plan.md (python "
+                       "tools/import_graph.py lists the cycle's imports)")
+
+
+def test_nothing_new_imports_the_cli():
+    importers = {e.importer for e in ig.internal(ig.graph()) if e.target == "specrepro.cli"}
+    assert importers <= IMPORT_CLI_TODAY, f"{sorted(importers - IMPORT_CLI_TODAY)} import specrepro.cli: move the " \
+                                          "helper it needs down to the module that owns it (docs/LAYERS-plan.md)"
