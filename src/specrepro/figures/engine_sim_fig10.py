@@ -68,5 +68,5 @@ def build(args, ctx: TraceContext) -> None:
                 ax.set_ylabel(f"{proposer_label(prop)}\nspeedup")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
-    fig.legend(handles, labels, loc="outside upper center", ncol=len(labels), frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False)
     style.save_pdf(fig, args.output)
