@@ -502,7 +502,7 @@ UPPER_BOUND_RULES = ("fit_cost_model", "simulate_engine_traces", "closed_loop", 
                      "tab_closed_loop_summary")
 
 
-def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(tmp_path):
+def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(dag_jobs):
     """Every paper experiment with engine traces has its cost model, Figs. 10/12 and closed loop as targets of its own;
     none of those jobs is a GPU job, and every engine output they read is made by a job `specrepro plan` bills (so the
     plan's total does not grow: there is no GPU job outside the plan at all)."""
@@ -513,7 +513,7 @@ def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(tmp_path):
     from specrepro.plan import plan_jobs
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    jobs = _probe(tmp_path, "config/paper.yaml", "all")
+    jobs, _ = dag_jobs("config/paper.yaml", "all")
     traced = [e["name"] for e in cfg["experiments"] if trace_methods(cfg, e["name"])]
     assert traced == ["llama3.1-8b", "llama3-70b", "qwen3-8b", "qwen3-8b-thinking", "glm-4.5-air"]
     outputs = {o for j in jobs for o in j["output"]}
