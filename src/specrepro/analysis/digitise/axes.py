@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .io import SpecReproError
+from ...io import SpecReproError
 
 #: a pixel is "ink" (spines, ticks) when its brightest channel is below this
 INK = 0.45
@@ -1350,7 +1350,7 @@ def image_facts(path: str | Path) -> dict:
     and the program that wrote it (the PNG Software text chunk; None without one)."""
     from PIL import Image
 
-    from .io import sha256_file
+    from ...io import sha256_file
 
     path = Path(path)
     try:
@@ -1386,7 +1386,7 @@ def load_image_origins(path: str | Path) -> dict[str, dict]:
 
 def verify_images(figdir: str | Path, sha256: dict[str, str]) -> None:
     """Check each image against its SHA-256 (file name -> hex); a mismatch or a missing file is one line."""
-    from .io import sha256_file
+    from ...io import sha256_file
 
     for name, want in sha256.items():
         path = Path(figdir) / name
@@ -1409,7 +1409,7 @@ def add_cli(sub) -> None:
     def run(a):
         import sys
 
-        from .io import write_csv
+        from ...io import write_csv
 
         want = {}
         for item in a.sha256:
