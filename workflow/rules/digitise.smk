@@ -1,4 +1,4 @@
-# The paper's figure images read independently (specrepro.digitise): no registry or simulator value
+# The paper's figure images read independently (specrepro.analysis.digitise): no registry or simulator value
 # enters the reading. Outputs:
 #   results/digitised/readings.csv    one row per marker or bar of Figs. 1, 3, 10, 12 (value, fit, readable)
 #   figures/tab_digitiser-paper.*     the readings against paper/claims.yaml (agreement per figure)
