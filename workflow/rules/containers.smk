@@ -8,7 +8,7 @@ include: "helpers/containers.smk"
 
 
 # Local GPU runs: before the first job, stop if a job needs more GPUs than the machine has, else let
-# Snakemake run GPU jobs on all of them (gpu_onstart above; each job leases its own via with-gpus).
+# Snakemake run GPU jobs on all of them (helpers/containers.smk: gpu_onstart; each job leases its own via with-gpus).
 onstart:
     gpu_onstart()
 
