@@ -6,6 +6,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -16,10 +19,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from specrepro import digitise as dg  # noqa: E402
+from specrepro.analysis.digitise.agreement import (  # noqa: E402
+    agreement, claim_figure, image_facts, load_image_origins, nearest_tolerance, summary,
+)
+from specrepro.analysis.digitise.axes import Tick, calibrate, read_glyphs  # noqa: E402
+from specrepro.analysis.digitise.bars import read_bars  # noqa: E402
+from specrepro.analysis.digitise.image import Picture, components, load_image  # noqa: E402
+from specrepro.analysis.digitise.layouts import Layout  # noqa: E402
+from specrepro.analysis.digitise.read import read_markers  # noqa: E402
 from specrepro.claims import Claim, load_claims  # noqa: E402
 from specrepro.cli import main  # noqa: E402
-from specrepro.io import write_json  # noqa: E402
+from specrepro.io import SpecReproError, write_json  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 
@@ -55,14 +65,14 @@ def line_figure(path: Path, dpi: int, antialiased: bool) -> dict:
     return truth
 
 
-LINE_LAYOUT = dg.Layout("Fig. X", "line.png", "markers", panels=(({"panel": "a"}, {"panel": "b"}),),
+LINE_LAYOUT = Layout("Fig. X", "line.png", "markers", panels=(({"panel": "a"}, {"panel": "b"}),),
                         series={k: {"s": k} for k in LINE_SERIES}, key="t.{panel}.{s}.b{x}")
 
 
 @pytest.mark.parametrize("dpi,antialiased", [(240, False), (150, True)])
 def test_reads_known_markers_back(tmp_path, dpi, antialiased):
     truth = line_figure(tmp_path / "line.png", dpi, antialiased)
-    df = dg.read_markers(dg.Picture.of(dg.load_image(tmp_path / "line.png")), LINE_LAYOUT)
+    df = read_markers(Picture.of(load_image(tmp_path / "line.png")), LINE_LAYOUT)
     assert len(df) == 2 * 4 * len(XS)
     assert set(df["x"]) == set(map(str, XS))  # the x tick labels were read, not assumed
     assert dict(zip(df["series"], df["marker"])) == {"k=1": "o", "k=3": "s", "k=5": "D", "Oracle": "*"}
@@ -83,9 +93,9 @@ def test_overlapping_markers_are_not_readable(tmp_path):
     fig.tight_layout(rect=(0, 0, 1, 0.85))
     fig.savefig(tmp_path / "o.png", dpi=200)
     plt.close(fig)
-    layout = dg.Layout("Fig. X", "o.png", "markers", panels=(({"panel": "a"},),),
+    layout = Layout("Fig. X", "o.png", "markers", panels=(({"panel": "a"},),),
                        series={"k=1": {"s": "1"}, "k=3": {"s": "3"}}, key="t.{s}.b{x}")
-    df = dg.read_markers(dg.Picture.of(dg.load_image(tmp_path / "o.png")), layout)
+    df = read_markers(Picture.of(load_image(tmp_path / "o.png")), layout)
     circles = df[df["series"] == "k=1"]
     # the circles lie under the squares: a circle fits inside a square, but the square fits it better
     assert not circles["readable"].any()
@@ -115,11 +125,11 @@ def bar_figure(path: Path, dpi: int) -> dict:
 
 def test_reads_known_bars_back(tmp_path):
     truth = bar_figure(tmp_path / "bars.png", 150)
-    layout = dg.Layout("Fig. Y", "bars.png", "bars", panels=(({"panel": "a"}, {"panel": "b"}),),
+    layout = Layout("Fig. Y", "bars.png", "bars", panels=(({"panel": "a"}, {"panel": "b"}),),
                        series={"None": {"config": "none"}, "N-gram": {"config": "ngram"},
                                "EAGLE-3": {"config": "eagle3"}, "MTP": {"config": "mtp"}},
                        key="t.{panel}.{config}.{quantity}.b{x}", quantity="throughput")
-    df = dg.read_bars(dg.Picture.of(dg.load_image(tmp_path / "bars.png")), layout)
+    df = read_bars(Picture.of(load_image(tmp_path / "bars.png")), layout)
     tput = df[df["quantity"] == "throughput"]
     assert len(tput) == 18 and tput["readable"].all()
     # the renderer snaps bar edges to the pixel grid: within a pixel and a half, half a pixel on average
@@ -138,27 +148,38 @@ def test_reads_numbers_glyph_by_glyph(tmp_path, text):
     fig.text(0.5, 0.5, text, ha="center", va="center", fontsize=9)
     fig.savefig(tmp_path / "n.png")
     plt.close(fig)
-    pic = dg.Picture.of(dg.load_image(tmp_path / "n.png"))
-    glyphs = dg.components(pic.text)
-    assert dg.read_glyphs(glyphs) == text
+    pic = Picture.of(load_image(tmp_path / "n.png"))
+    glyphs = components(pic.text)
+    assert read_glyphs(glyphs) == text
 
 
 def test_calibration_needs_two_numbers_on_a_line():
-    ticks = [dg.Tick(100.0, 4), dg.Tick(200.0, 4), dg.Tick(300.0, 4)]
-    ax = dg.calibrate(ticks, ["2.0", "1.5", "1.0"], "y")
+    ticks = [Tick(100.0, 4), Tick(200.0, 4), Tick(300.0, 4)]
+    ax = calibrate(ticks, ["2.0", "1.5", "1.0"], "y")
     assert ax.value(250.0) == pytest.approx(1.25) and ax.pixel(1.5) == pytest.approx(200.0)
-    with pytest.raises(dg.SpecReproError, match="do not lie on a line"):
-        dg.calibrate(ticks, ["2.0", "1.5", "0.5"], "y")
-    with pytest.raises(dg.SpecReproError, match="fewer than two"):
-        dg.calibrate(ticks, ["2.0", "", "x"], "y")
+    with pytest.raises(SpecReproError, match="do not lie on a line"):
+        calibrate(ticks, ["2.0", "1.5", "0.5"], "y")
+    with pytest.raises(SpecReproError, match="fewer than two"):
+        calibrate(ticks, ["2.0", "", "x"], "y")
 
 
 def test_the_reading_knows_no_registry_or_simulator():
     """Independence: the digitiser imports neither the claims registry nor the simulator."""
-    tree = ast.parse((REPO / "src" / "specrepro" / "digitise.py").read_text())
-    imported = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    trees = [ast.parse(f.read_text()) for f in (REPO / "src" / "specrepro" / "analysis" / "digitise").glob("*.py")]
+    assert len(trees) >= 10  # the package's modules: __init__, image, axes, ..., verbs
+    imported = {n.module or "" for t in trees for n in ast.walk(t) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for t in trees for n in ast.walk(t) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if any(k in m for k in ("claims", "simulator", "costmodel", "_sim"))}
+
+
+def test_the_verb_module_loads_nothing_heavy():
+    """The CLI registers the verb from ``verbs`` (``add_cli``); numpy, pandas, matplotlib, PIL load when it runs."""
+    code = ("import sys, argparse; from specrepro.analysis.digitise import verbs; "
+            "verbs.add_cli(argparse.ArgumentParser().add_subparsers()); "
+            "print(sorted(m for m in ('numpy', 'pandas', 'matplotlib', 'PIL', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def _claim(cid, value, source, key, abs_tol=0.005, rel=None):
@@ -180,7 +201,7 @@ def test_agreement_matches_figure_panel_and_key():
     claims = [_claim("A", 1.42, "Fig. 10(a), digitised", "k1"), _claim("A2", 1.42, "Fig. 10(a); text", "k1"),
               _claim("B", 1.86, "Fig. 10(a)", "k3"), _claim("C", 2.10, "Fig. 10(b)", "k5"),
               _claim("T", 2.2, "Sec. 6 text (~2.2x)", "k1", abs_tol=0.05)]
-    a = dg.agreement(readings, claims).set_index(["figure", "series"])
+    a = agreement(readings, claims).set_index(["figure", "series"])
     assert a.loc[("Fig. 10", "k=1"), "claim_id"] == "A;A2" and a.loc[("Fig. 10", "k=1"), "agrees"] is True
     assert a.loc[("Fig. 10", "k=3"), "agrees"] is False
     assert a.loc[("Fig. 10", "k=3"), "difference"] == pytest.approx(-0.06)
@@ -189,7 +210,7 @@ def test_agreement_matches_figure_panel_and_key():
     # Fig. 12 replots the value: compared with Fig. 10's claim, not judged against it
     row = a.loc[("Fig. 12", "k=1_N-gram")]
     assert row["claim_id"] == "" and row["other_figure_claim"] == "A" and row["other_agrees"] is False
-    s = dg.summary(dg.agreement(readings, claims), claims).set_index("figure")
+    s = summary(agreement(readings, claims), claims).set_index("figure")
     assert s.loc["Fig. 10", "judged"] == 2 and s.loc["Fig. 10", "agree"] == 1 and s.loc["Fig. 10", "rate"] == 0.5
     assert s.loc["Fig. 10", "claims"] == 4 and s.loc["Fig. 10", "claims_unread"] == 1  # C: its marker is hidden
     assert s.loc["Fig. 12", "other_judged"] == 1 and s.loc["Fig. 12", "other_agree"] == 0
@@ -198,15 +219,15 @@ def test_agreement_matches_figure_panel_and_key():
     assert s.loc["Fig. 10", "max_abs_difference"] == pytest.approx(0.06)
     assert (s.loc["Fig. 10", "tolerance_min"], s.loc["Fig. 10", "tolerance_max"]) == (0.005, 0.005)
     assert s.loc["Fig. 10", "max_share_of_tolerance"] == pytest.approx(12.0)
-    near = dg.nearest_tolerance(dg.agreement(readings, claims), 1)
+    near = nearest_tolerance(agreement(readings, claims), 1)
     assert near["claim_id"].tolist() == ["B"] and near["share_of_tolerance"].iloc[0] == pytest.approx(12.0)
 
 
 def test_claim_figure_parsing():
-    assert dg.claim_figure("Fig. 10(a), digitised from the figure image") == ("Fig. 10", "a")
-    assert dg.claim_figure("Fig. 1, read from the vector figure") == ("Fig. 1", "")
-    assert dg.claim_figure("Fig. 3 / text") == ("Fig. 3", "")
-    assert dg.claim_figure("Sec. 4 text") == ("", "")
+    assert claim_figure("Fig. 10(a), digitised from the figure image") == ("Fig. 10", "a")
+    assert claim_figure("Fig. 1, read from the vector figure") == ("Fig. 1", "")
+    assert claim_figure("Fig. 3 / text") == ("Fig. 3", "")
+    assert claim_figure("Sec. 4 text") == ("", "")
 
 
 def test_verb_checks_the_images(tmp_path, capsys):
@@ -239,8 +260,8 @@ def test_paper_figures_agree_with_the_registry(paper_readings):
     claims = load_claims(REPO / "paper" / "claims.yaml")
     from specrepro.figures.digitiser_table import load_readings
 
-    a = dg.agreement(load_readings(paper_readings), claims)
-    s = dg.summary(a, claims).set_index("figure")
+    a = agreement(load_readings(paper_readings), claims)
+    s = summary(a, claims).set_index("figure")
     for fig in ("Fig. 10", "Fig. 12", "Fig. 1", "Fig. 3"):
         assert s.loc[fig, "rate"] >= 0.95, (fig, a[a["agrees"] == False])  # noqa: E712
     # most of each figure's claims are read (the rest hide under other markers)
@@ -302,7 +323,7 @@ def test_every_config_image_has_a_recorded_origin():
     known as 'unknown' (arXiv version, page) together with how to obtain and check an image."""
     import yaml
 
-    images = dg.load_image_origins(REPO / "paper" / "figure_images.yaml")
+    images = load_image_origins(REPO / "paper" / "figure_images.yaml")
     for name in ("paper.yaml", "paper-quick.yaml", "cpu.yaml"):
         cfg = yaml.safe_load((REPO / "config" / name).read_text())
         files = (cfg.get("paper_figures") or {}).get("files") or {}
@@ -317,11 +338,11 @@ def test_every_config_image_has_a_recorded_origin():
 
 def test_recorded_image_facts_are_the_files(tmp_path):
     """SHA-256, pixel size, dpi and the writing program recorded per image are what each file says about itself."""
-    images = dg.load_image_origins(REPO / "paper" / "figure_images.yaml")
+    images = load_image_origins(REPO / "paper" / "figure_images.yaml")
     if not all((PAPER_FIGURES / f).exists() for f in images):
         pytest.skip(f"the paper's figure images are not in {PAPER_FIGURES}")
     for f, rec in images.items():
-        got = dg.image_facts(PAPER_FIGURES / f)
+        got = image_facts(PAPER_FIGURES / f)
         assert got == {k: rec[k] for k in ("sha256", "pixels", "dpi", "software")}, f
         assert (rec["software"] is None) == ("unknown" in rec["rasterised"]), f
     # the reader itself, on an image written here: 2 x 3 px at 150 dpi, a Software chunk
@@ -331,7 +352,7 @@ def test_recorded_image_facts_are_the_files(tmp_path):
     info = PngInfo()
     info.add_text("Software", "test writer 1.0")
     Image.new("RGB", (2, 3)).save(tmp_path / "x.png", dpi=(150, 150), pnginfo=info)
-    got = dg.image_facts(tmp_path / "x.png")
+    got = image_facts(tmp_path / "x.png")
     assert (got["pixels"], got["dpi"], got["software"]) == ([2, 3], 150, "test writer 1.0")
     assert got["sha256"] == hashlib.sha256((tmp_path / "x.png").read_bytes()).hexdigest()
 
@@ -341,4 +362,4 @@ def test_an_origin_record_without_its_fields_is_one_line(tmp_path):
 
     (tmp_path / "o.yaml").write_text("images:\n  paper-fig1.png: {figure: 'Fig. 1', sha256: abc}\n")
     with pytest.raises(SpecReproError, match="lacks pixels, dpi, software, arxiv_version, page, rasterised"):
-        dg.load_image_origins(tmp_path / "o.yaml")
+        load_image_origins(tmp_path / "o.yaml")

@@ -710,7 +710,7 @@ VERBS = (
 #: modules that add their own verbs (``add_cli(sub)``)
 PLUGIN_VERBS = ("engine.standins", "engine.traces", "engine.costfit", "engine.modelfit", "engine.enginesim",
                 "engine.closedloop", "engine.metrics", "engine.breakdown", "engine.memory",
-                "engine.jobs", "engine.sourcecheck", "gpus", "digitise", "engine.sglang", "engine.sourcecheck_sglang",
+                "engine.jobs", "engine.sourcecheck", "gpus", "analysis.digitise.verbs", "engine.sglang", "engine.sourcecheck_sglang",
                 "sizing", "suffix", "today", "engine.hookcheck", "engine.from_gguf", "engine.drafters")
 
 

@@ -1,6 +1,8 @@
 # Acceptance behaviour per position, request and dataset (paper Figs. 5, 7, 11 and a statistics table).
 # One rule per figure; each runs one script (a module of specrepro.figures) over one trace set.
 
+include: "helpers/acceptance.smk"
+
 
 rule fig05_acceptance_heatmap:
     input:

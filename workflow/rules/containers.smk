@@ -4,9 +4,11 @@
 # GPU rules: every rule whose name starts with `engine_` or that has a `gpu` resource runs in its job's
 # image (`container: job_container`) and takes `unpack(engine_inputs)` (tests/test_containers.py).
 
+include: "helpers/containers.smk"
+
 
 # Local GPU runs: before the first job, stop if a job needs more GPUs than the machine has, else let
-# Snakemake run GPU jobs on all of them (common.smk: gpu_onstart; each job leases its own via with-gpus).
+# Snakemake run GPU jobs on all of them (helpers/containers.smk: gpu_onstart; each job leases its own via with-gpus).
 onstart:
     gpu_onstart()
 

@@ -1,7 +1,18 @@
-# The paper's figure images read independently (specrepro.digitise): no registry or simulator value
+# The paper's figure images read independently (specrepro.analysis.digitise): no registry or simulator value
 # enters the reading. Outputs:
 #   results/digitised/readings.csv    one row per marker or bar of Figs. 1, 3, 10, 12 (value, fit, readable)
 #   figures/tab_digitiser-paper.*     the readings against paper/claims.yaml (agreement per figure)
+
+# The digitiser reads the paper's figure images when the configured folder holds them; otherwise its table
+# is left out with one line on stderr.
+PAPER_FIGURES = config.get("paper_figures") or {}
+PAPER_FIGURES_DIR = repo_path(PAPER_FIGURES.get("dir"))
+_missing_figs = [f for f in PAPER_FIGURES.get("files", {}) if not (Path(PAPER_FIGURES_DIR) / f).exists()] if PAPER_FIGURES_DIR else []
+DIGITISE = bool(PAPER_FIGURES) and not _missing_figs
+if PAPER_FIGURES and _missing_figs and workflow.is_main_process:
+    print(f"note: {PAPER_FIGURES_DIR}/{_missing_figs[0]} not found: the digitiser table is left out of this run",
+          file=sys.stderr)
+DIGITISE_TARGETS = ["figures/tab_digitiser-paper.tex"] if DIGITISE else []
 
 
 rule digitise:

@@ -5,6 +5,8 @@
 # An engine that does not start (vLLM raises at LLM(), OOM at load) is recorded in the job's outputs
 # (status failed, vLLM's error line), so the figures and the report still build and list it.
 
+include: "helpers/engine.smk"
+
 
 rule engine_prompts:
     """One dataset's prompts for one experiment: the paper's template, the target's chat template, a seeded sample."""

@@ -2,6 +2,9 @@
 # (into cache.huggingface), each with a manifest; and results/manifest.json, every input of the run.
 # `build:` models (made by the engine rules) write the same manifest under the same path.
 
+include: "helpers/inputs.smk"
+
+
 HF_MODELS = {model_name(m, d): model_source(model_name(m, d))["hf"] for m, d in used_models() if "hf" in model_source(model_name(m, d))}
 HF_DATASETS = [d for d in used_datasets() if "hf" in config["datasets"][d]["source"]]
 

@@ -2,6 +2,9 @@
 # heads (random weights, tokenizer trained on the prompt files). They write the same manifest as a
 # Hub download (inputs.smk), at the same path, so engine rules cannot tell them apart.
 
+include: "helpers/models.smk"
+
+
 rule build_model:
     """A tiny model with random weights (deterministic from its seed), for the CPU run."""
     input:

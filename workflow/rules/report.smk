@@ -1,5 +1,7 @@
 # The claims table and the LaTeX report (paper/report.pdf).
 
+include: "helpers/report.smk"
+
 
 rule claims:
     """The paper's claims (paper/claims.yaml) against the metrics this run measured."""

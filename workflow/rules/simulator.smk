@@ -13,6 +13,9 @@
 #   today/<dataset>.suffix.csv      suffix with fixed k and the oracle; Oracle Combine of n-gram, EAGLE, suffix
 # and the metrics results/metrics/simulator-<trace set>.json (keys sim.<trace set>....) for the claims.
 
+include: "helpers/simulator.smk"
+
+
 rule simulate_paper:
     """Paper mode: n-gram and EAGLE with every configured policy, and Oracle Combine."""
     input:

@@ -4,6 +4,14 @@
 #   results/sizing/<trace set>/validation.csv     coverage, half-widths, decisions per quantity
 #   figures/tab_sizing_validation-<trace set>.*   the same as a report table
 
+# Checked for the trace set the simulator runs on; `sizing.sized_config` is the config whose engine claims'
+# stand-ins it subsamples.
+SIZING = config.get("sizing") or {}
+SIZED_CONFIG = repo_path(SIZING["sized_config"]) if SIZING.get("sized_config") else None
+if SIZED_CONFIG and not Path(SIZED_CONFIG).exists():
+    stop(f"config error: sizing.sized_config = {json.dumps(SIZING['sized_config'])}: no such file (relative to the repository)")
+SIZING_TARGETS = [f"figures/tab_sizing_validation-{ts}.tex" for ts in SIM_TRACE_SETS]
+
 
 rule sizing_study:
     """Subsamples of the sized sizes, each with its bootstrap interval: coverage of the full draw's value and

@@ -1,5 +1,7 @@
 # Acceptance traces: obtain the authors' released traces (verified copy or download), then tidy tables.
 
+include: "helpers/traces.smk"
+
 
 rule fetch_released_trace:
     """The released trace of one dataset, SHA-256 checked; a local traces_dir copy is used when present."""

@@ -5,6 +5,8 @@
 #   results/simulator/engine-<exp>/upper_bounds.csv  specrepro.engine.enginesim (fixed k, oracle, Oracle Combine, beyond)
 #   results/simulator/engine-<exp>/closed_loop.csv   specrepro.engine.closedloop (simulated vs measured, same key)
 
+include: "helpers/upperbounds.smk"
+
 
 rule fit_cost_model:
     """One experiment's cost model (target, each drafter, n-gram, overhead) from its own profiled steps; from its

@@ -8,7 +8,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ..claims import load_claims
-from ..digitise import agreement, load_image_origins, nearest_tolerance, summary
+from ..analysis.digitise.agreement import agreement, load_image_origins, nearest_tolerance, summary
 from ..io import SpecReproError, write_csv, write_text
 from ..latex import tex_escape
 
