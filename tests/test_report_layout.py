@@ -211,6 +211,27 @@ def test_layout_checks_fail_on_a_too_wide_table_and_a_near_blank_page(tmp_path):
 
 
 @needs_latex
+def test_fit_width_scales_a_wide_table_down_to_the_text_width(tmp_path):
+    """Tables whose columns come from the run (today's methods, each model's experiments) go through
+    latex.fit_width: the 11-column today's-engines table ran 106 pt into the margin on a CPU run."""
+    from specrepro.latex import fit_width
+
+    wide = ["\\begin{tabular}{" + "l" * 12 + "}", " & ".join(["a-rather-long-cell"] * 12) + "\\\\", "\\end{tabular}"]
+    narrow = ["\\begin{tabular}{ll}", "a & b\\\\", "\\end{tabular}"]
+    doc = tmp_path / "fit.tex"
+    body = "\n".join(["\n".join(fit_width(wide)), "\\par", "\n".join(fit_width(narrow))])
+    doc.write_text("\\documentclass{article}\\usepackage[margin=2cm]{geometry}\\usepackage{graphicx}\\begin{document}\n"
+                   + body + "\n\\end{document}\n")
+    rep.latexmk(doc)
+    log = doc.with_suffix(".log").read_text()
+    assert overfull_boxes(log) == []
+    # without it the same table is over 100 pt too wide (test above)
+    doc.write_text(doc.read_text().replace("\\ifdim\\wd\\fitwidthbox>\\linewidth", "\\ifdim\\wd\\fitwidthbox>10\\linewidth"))
+    rep.latexmk(doc)
+    assert max(pt for pt, _ in overfull_boxes(doc.with_suffix(".log").read_text())) > 100
+
+
+@needs_latex
 def test_a_figure_page_is_not_sparse(tmp_path):
     figure_file(tmp_path / "f.pdf", panels=2, height=3.0)
     doc = tmp_path / "fig.tex"

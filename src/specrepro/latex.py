@@ -41,6 +41,16 @@ def tex_breakable(text: object) -> str:
     return out
 
 
+def fit_width(tabular: list[str]) -> list[str]:
+    """A tabular's lines, scaled down to the text width where it is wider (its columns come from the run's
+    models, methods and datasets, so no fixed width fits every run); never scaled up. Not indented when scaled:
+    a paragraph's indent would push the full-width box past the margin."""
+    return [r"\ifdefined\fitwidthbox\else\newsavebox{\fitwidthbox}\fi",
+            r"\sbox{\fitwidthbox}{%", *tabular, "}%",
+            r"\ifdim\wd\fitwidthbox>\linewidth\noindent\resizebox{\linewidth}{!}{\usebox{\fitwidthbox}}"
+            r"\else\usebox{\fitwidthbox}\fi"]
+
+
 def grouped_rows(rows, key: str, lines: list):
     """(group label, row) per row: the label only on a group's first row, ``\\addlinespace`` between groups."""
     prev = None

@@ -12,7 +12,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ._enginesim import fmt
 from ..io import read_json, write_csv, write_text
-from ..latex import tex_escape
+from ..latex import fit_width, tex_escape
 
 SPEC = FigureSpec(
     name="tab_closed_loop_summary",
@@ -61,8 +61,7 @@ def to_latex(t: pd.DataFrame) -> str:
         lines.append(f"\\texttt{{{tex_escape(r.exp)}}} & {r.points} & {pct(r.median_abs_error)} & "
                      f"{pct(r.worst_abs_error)} & {{\\scriptsize {tex_escape(r.worst)}}} & {r.within_measured_ci} & "
                      f"{order} & {tex_escape(src)} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
+    return "\n".join(fit_width(lines + [r"\bottomrule", r"\end{tabular}"])) + "\n"
 
 
 def build(args, ctx: TraceContext) -> None:

@@ -14,7 +14,7 @@ from . import FigureSpec, TraceContext
 from ._enginesim import fmt
 from ..engine.metrics import config_label_text
 from ..io import read_json, write_csv, write_text
-from ..latex import tex_escape
+from ..latex import fit_width, tex_escape
 from . import style
 
 SPEC = FigureSpec(
@@ -56,7 +56,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
                      f"{100 * r.error:+.0f}\\,\\% \\\\")
     if not len(t):
         lines.append(r"\multicolumn{7}{c}{no configuration both benchmarked and traced} \\")
-    lines += [r"\bottomrule", r"\end{tabular}", "", r"\smallskip",
+    lines = fit_width(lines + [r"\bottomrule", r"\end{tabular}"]) + ["", r"\smallskip",
               f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(summary.get('explanation', ''))}}}"]
     return "\n".join(lines) + "\n"
 

@@ -14,7 +14,7 @@ from . import FigureSpec, TraceContext
 from ._enginesim import error_statement, fmt, load, proposer_label
 from ..engine.enginesim import best_fixed
 from ..io import read_json, write_csv, write_text
-from ..latex import tex_escape
+from ..latex import fit_width, tex_escape
 
 SPEC = FigureSpec(
     name="tab_sim_engine",
@@ -89,7 +89,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, note: str) -> str:
         lines.append(f"{tex_escape(ctx.dataset_label(r.dataset))} & {r.batch_size} & {cell(r.best_fixed, r.best_fixed_by)} & "
                      f"{cell(r.k_by_batch_size, r.k_by_batch_size_by)} & {cell(r.adaptive, r.adaptive_by)} & "
                      f"{cell(r.best_oracle, r.best_oracle_by)} & {fmt(r.combined_oracle)} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}", "", r"\smallskip",
+    lines = fit_width(lines + [r"\bottomrule", r"\end{tabular}"]) + ["", r"\smallskip",
               f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(note)}}}"]
     return "\n".join(lines) + "\n"
 

@@ -6,7 +6,7 @@ import math
 
 from . import FigureSpec, TraceContext
 from ..io import read_json, write_csv, write_text
-from ..latex import tex_escape
+from ..latex import fit_width, tex_escape
 from ..today import METHODS, ORACLE, gap_table, statements
 from ._sim import load_summaries
 
@@ -82,6 +82,7 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
                   r"\textbf{On the released traces} (this run's simulator):\\",
                   "\\\\\n".join(tex_escape(s) for s in text),
                   r"\end{minipage}\par\medskip", ""]
+    head = len(lines) + 1
     lines += [
         r"{\footnotesize\setlength{\tabcolsep}{3.5pt}",
         r"\begin{tabular}{lr rrr " + "r" * len(SHOWN) + "}",
@@ -102,7 +103,8 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
         best, oracle = _with_ci(best, r, "best_fixed"), _with_ci(f"{r[ORACLE]:.2f}", r, ORACLE)
         wide = _with_ci(wide, r, "best_fixed_wide")
         lines.append(f"{ds} & {r['batch_size']} & {best} & {wide} & {oracle} & {cells} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines[head:] = fit_width(lines[head:]) + ["}"]
     if schedule:
         rows = []
         for p, e in (schedule.get("proposers") or {}).items():
@@ -128,13 +130,14 @@ def measured_latex(points, ctx: TraceContext) -> str:
     names = {c: config_label_text(m, k, ctx.proposers, c) for c, m, k in config_order(p)}
     cols = [c for c in order if c in set(t["config"])]
     lines = ["", r"\par\medskip\footnotesize\textbf{Measured} on the engine (speedup over no SD, mean over requests):",
-             "", r"\begin{tabular}{llr " + "r" * len(cols) + "}", r"\toprule",
-             "Exp. & Dataset & B & " + " & ".join(tex_escape(names[c]) for c in cols) + r" \\", r"\midrule"]
+             ""]
+    tab = [r"\begin{tabular}{llr " + "r" * len(cols) + "}", r"\toprule",
+           "Exp. & Dataset & B & " + " & ".join(tex_escape(names[c]) for c in cols) + r" \\", r"\midrule"]
     for (exp, ds, b), g in t.groupby(["exp", "dataset", "batch_size"], sort=True):
         s = g.set_index("config")["speedup"]
         cells = " & ".join("--" if c not in s or math.isnan(s[c]) else f"{s[c]:.2f}" for c in cols)
-        lines.append(f"{tex_escape(exp)} & {tex_escape(ctx.dataset_label(ds))} & {int(b)} & {cells} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+        tab.append(f"{tex_escape(exp)} & {tex_escape(ctx.dataset_label(ds))} & {int(b)} & {cells} \\\\")
+    lines += fit_width(tab + [r"\bottomrule", r"\end{tabular}"])
     return "\n".join(lines) + "\n"
 
 
