@@ -77,6 +77,17 @@ PLACE = {
     "specrepro.config": "specrepro.config",
     "specrepro.plan": "specrepro.plan",
     "specrepro.preflight": "specrepro.preflight",
+    # added after the plan was written
+    "specrepro.engine.closedloop": "specrepro.analysis.closedloop",
+    "specrepro.engine.enginesim": "specrepro.analysis.enginesim",
+    "specrepro.engine.modelfit": "specrepro.engine.results.modelfit",
+    "specrepro.engine.sglang_args": "specrepro.jobspec.sglang",
+    "specrepro.engine.verbs": "specrepro.engine.run.verbs",
+    "specrepro.layout": "specrepro.core.layout",
+    "specrepro.core": "specrepro.core", "specrepro.core.errors": "specrepro.core.errors",
+    "specrepro.core.verbs": "specrepro.core.verbs",
+    "specrepro.sim": "specrepro.sim", "specrepro.sim.names": "specrepro.sim.names", "specrepro.sim.verbs": "specrepro.sim.verbs",
+    "specrepro.analysis": "specrepro.analysis", "specrepro.analysis.verbs": "specrepro.analysis.verbs",
     # core
     **{f"specrepro.{m}": f"specrepro.core.{m}" for m in (
         "io", "traces", "ngram", "suffix", "costmodel", "uncertainty", "provenance", "latex", "hub", "fetch",

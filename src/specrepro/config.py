@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
@@ -502,3 +502,21 @@ def load_run_config(path: str | Path) -> RunConfig:
     from .io import read_json
 
     return RunConfig.from_dict(read_json(path))
+
+
+def add_cli(sub) -> None:
+    """Register ``specrepro check-config``."""
+    p = sub.add_parser("check-config", help="validate config files the way the workflow does")
+    p.add_argument("configs", nargs="+")
+    p.add_argument("--schema", default=str(Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml"))
+
+    def run(a):
+        import yaml
+
+        for path in a.configs:
+            cfg = yaml.safe_load(Path(path).read_text())
+            validate_schema(cfg, a.schema)
+            check_config(cfg)
+            print(f"{path}: ok")
+
+    p.set_defaults(func=run)

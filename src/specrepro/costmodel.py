@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "data" / "cost_models"
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader,nounits"]
 

@@ -226,3 +226,11 @@ def run_manifest(paths: Sequence[str | os.PathLike]) -> dict:
     order = {"image": 0, "model": 1, "drafter": 2, "dataset": 3, "trace": 4}
     entries.sort(key=lambda e: (order.get(e["kind"], 9), e["name"]))
     return {"inputs": entries}
+
+
+def hf_token(token_file: str | None) -> str | None:
+    """The Hugging Face token: ``HF_TOKEN``, else what ``token_file`` holds (stripped) when it exists."""
+    tok = os.environ.get("HF_TOKEN")
+    if not tok and token_file and Path(token_file).is_file():
+        tok = Path(token_file).read_text().strip() or None
+    return tok

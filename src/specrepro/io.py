@@ -18,9 +18,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-
-class SpecReproError(Exception):
-    """An error with a one-line, user-facing message (no traceback needed)."""
+from .core.errors import SpecReproError  # noqa: F401 - re-exported: io.SpecReproError is the name most modules use
 
 
 @contextlib.contextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -239,3 +240,52 @@ def report(obs: Observed, need: Sequence[Need], found: Sequence[str]) -> dict:
         "observed": {**asdict(obs), "gpus": [asdict(g) for g in obs.gpus]},
         "needs": [asdict(n) for n in need],
     }
+
+
+def add_cli(sub) -> None:
+    """Register ``specrepro preflight``."""
+    p = sub.add_parser("preflight", help="check GPUs, memory, disk, apptainer and token against the configured models")
+    p.add_argument("--run-config", required=True)
+    p.add_argument("--cache-dir", required=True, help="where downloads go (its free space is checked)")
+    p.add_argument("--uses-apptainer", action="store_true", help="the workflow runs with --use-apptainer")
+    p.add_argument("--slurm", action="store_true", help="jobs go to SLURM: count GPUs per node with sinfo")
+    p.add_argument("--image", action="append", default=[], metavar="NAME=DEF",
+                   help="an image the run's jobs use and its definition file (repeat; default: read containers/)")
+    p.add_argument("--image-missing", action="append", default=[], metavar="NAME",
+                   help="an image that still has to be built (repeat)")
+    p.add_argument("--downloaded", nargs="*", default=[], help="model inputs already downloaded")
+    p.add_argument("--token-file", help="a saved Hugging Face token counts as a token")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import os
+
+        from .core.errors import SpecReproError
+        from .io import read_json, write_json
+
+        cfg = read_json(a.run_config)
+        env = dict(os.environ)
+        obs = observe(a.cache_dir, slurm=a.slurm, env=env)
+        if not obs.hf_token and a.token_file and Path(a.token_file).is_file():
+            obs.hf_token = True
+        need = needs(cfg, a.downloaded)
+        images = None
+        if a.image:
+            from .engine.images import parse_definition
+
+            images = {}
+            for item in a.image:
+                name, _, path = item.partition("=")
+                if not path or not Path(path).is_file():
+                    raise SpecReproError(f"--image {item}: expected NAME=<existing .def file>")
+                images[name] = parse_definition(Path(path).read_text(encoding="utf-8"), path)
+        found = problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, images=images,
+                         missing_images=a.image_missing)
+        for line in found:
+            print(f"preflight: {line}", file=sys.stderr)
+        if found:
+            raise SpecReproError(f"{len(found)} problem(s) above; fix them or skip the check with --config preflight=false")
+        write_json(a.output, report(obs, need, found))
+        print(f"preflight: ok ({len(obs.gpus)} GPU(s), {len(need)} model(s))", file=sys.stderr)
+
+    p.set_defaults(func=run)

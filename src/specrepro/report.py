@@ -542,3 +542,21 @@ def layout_problems(tex: str | Path) -> list[str]:
     if body is not None and body > MAX_BODY_PAGES:
         out.append(f"the body is {body} pages (at most {MAX_BODY_PAGES})")
     return out
+
+
+def add_cli(sub) -> None:
+    """Register ``specrepro report``."""
+    p = sub.add_parser("report", help="render the LaTeX report and compile it with latexmk")
+    p.add_argument("--run-config", required=True)
+    p.add_argument("--claims", required=True)
+    p.add_argument("--figures", nargs="*", default=[])
+    p.add_argument("--manifest", help="every input with its revision and checksum (results/manifest.json)")
+    p.add_argument("--templates", required=True)
+    p.add_argument("--tex", required=True)
+    p.add_argument("--pdf", required=True)
+    p.add_argument("--repo", default=".")
+
+    def run(a):
+        build_report(a.run_config, a.claims, a.figures, a.manifest, a.templates, a.tex, a.pdf, a.repo)
+
+    p.set_defaults(func=run)

@@ -70,7 +70,7 @@ import numpy as np
 import pandas as pd
 
 from .claims import NOT_REPRODUCED, REPRODUCED, Claim, decisive_half_width, status_from_interval
-from .io import SpecReproError
+from .core.errors import SpecReproError
 
 #: two-sided 95 % normal quantile (the level of every interval of the artifact)
 Z = NormalDist().inv_cdf(0.975)

@@ -40,7 +40,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
 from .traces import TraceRecord
 
 

@@ -36,7 +36,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
 
 #: the paper's fixed-k configurations: the baseline the gap is measured from
 PAPER_FIXED = tuple((p, f"fixed-{k}") for p in ("ngram", "eagle") for k in (1, 3, 5))

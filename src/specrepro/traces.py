@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
 
 #: Proposers whose trace has one value per recorded output token in the released files.
 DEFAULT_ALIGNED = ("ngram",)
@@ -181,3 +181,13 @@ def load_tables(path: str | os.PathLike, dataset: str, aligned: Sequence[str] = 
     """``(requests, positions)`` tidy tables of one trace file."""
     records = read_trace(path, aligned)
     return requests_table(records, dataset), positions_table(records, dataset)
+
+
+def first_trace_problem(path) -> str | None:
+    """The first malformed line of a trace file, for a checksum-mismatch message (line-relative)."""
+    try:
+        read_trace(path, aligned=())
+    except TraceFormatError as exc:
+        text = str(exc)
+        return "first problem: line" + text.split(str(path), 1)[1] if str(path) in text else text
+    return None

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .trees import VLLM_TREE_ENV, tree_label, tree_study, vllm_levels, vllm_token_tree
 
 SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")

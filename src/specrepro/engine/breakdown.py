@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 
 BREAKDOWN_PHASES = ("drafting", "verification", "sampling", "overhead")
 #: the step-table columns (plus any point keys the caller adds in front)

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel import load_cost_model
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from ..simulator import SimSpec, simulate
 from ..traces import TraceRecord
 from ..uncertainty import bootstrap_ratio_ci

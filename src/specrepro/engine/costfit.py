@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 
 TIMING_COLUMNS = ("role", "kv_tokens", "batched_tokens", "seconds")
 STEP_COLUMNS = ("step", "phase", "role", "method", "batch_size", "prompt_len", "k", "kv_tokens",

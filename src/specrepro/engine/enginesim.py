@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel import load_cost_model
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from ..simulator import SUMMARY_COLUMNS, SimSpec, Workload, simulate
 from ..traces import TraceRecord
 from .modelfit import DRAFTERS, LOOKUP

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .instrument import FAMILIES, Family, Hook, Read, family_for
 
 #: the engines the hook tables are checked against (pinned sdists)

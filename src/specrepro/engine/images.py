@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .trees import experiment_engine
 
 REPO = Path(__file__).resolve().parents[3]

@@ -47,7 +47,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 
 #: bytes per element of the dtypes a config or vLLM may name
 DTYPE_BYTES = {

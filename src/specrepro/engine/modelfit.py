@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .costfit import nnls_small
 
 #: model-based drafters (one drafter section each); n-gram is the lookup (a share of the target's time)

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 
 METHODS = ("ngram", "draft_model", "eagle", "eagle3")
 

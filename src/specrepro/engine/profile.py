@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .args import BenchSpec, error_line, open_llm, sampling_kwargs
 from .bench import _warmup, batch_prompts, plan_points
 from .progress import Progress

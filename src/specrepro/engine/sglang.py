@@ -64,7 +64,7 @@ from .args import BenchSpec, error_line, experiment_configs
 from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points
 from .counters import counter_problems
 from .jobs import bench_spec
-from .sglang_args import (
+from .sglang_args import (  # noqa: F401 - re-exported (the sweep's keywords are built there)
     DEFAULTS, DRAFTER_ARCH, SGLANG_VERSION, engine_env, engine_kwargs, sampling_params, settings, shape,
     warmup_sampling_params,
 )

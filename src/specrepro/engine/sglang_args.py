@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .args import BenchSpec
 from .trees import SGLANG_ALGORITHM, sglang_spec_args
 

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .images import image_packages, requirement_name
 
 #: methods that never need a ``model`` (the proposer is not a network)

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 from .args import CHECK_TOKENS, TRACE_K
 
 #: requests and output tokens of the record-only check against vLLM's counters

@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import style as _style
+from ..engine import METHOD_LABELS as _ENGINE_METHOD_LABELS
 from ..engine.trees import experiment_engine, tree_study
 
 #: modules of this package that define a figure or table (the report's order is specrepro.report.SECTIONS)
@@ -131,7 +131,7 @@ class TraceContext:
 ENGINE_SUBJECT = "engine"
 
 #: engine methods and their labels, in display order
-ENGINE_METHODS = {k: v for k, v in _style.METHOD_LABELS.items() if k != "combined"}
+ENGINE_METHODS = dict(_ENGINE_METHOD_LABELS)
 
 
 def engine_context(run_config: dict) -> TraceContext:

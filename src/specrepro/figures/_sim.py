@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
 
 #: policy -> (label, colour, marker, line style); the paper's Fig. 10 assignment
 POLICY_STYLE = {
