@@ -10,9 +10,8 @@ import pandas as pd
 import pytest
 
 from specrepro.engine.breakdown import step_table
-from specrepro.engine.costfit import (
-    expected_steps, fit_cost_model, nnls_small, steps_from_timings,
-)
+from specrepro.engine.costfit import fit_cost_model, nnls_small
+from specrepro.engine.profile import expected_steps, steps_from_timings
 from specrepro.costmodel import load_cost_model
 from specrepro.io import SpecReproError, write_parquet
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from specrepro import cli
-from specrepro.engine.costfit import STEP_COLUMNS
+from specrepro.engine.profile import STEP_COLUMNS
 from specrepro.io import read_json, write_json, write_parquet
 
 RUN_CONFIG = {

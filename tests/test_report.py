@@ -81,7 +81,7 @@ def test_latex_error_is_one_line(tmp_path):
 
 
 def test_methods_the_run_does_not_cover_are_named():
-    from specrepro.report import methods_not_run
+    from specrepro.figures.engine_exercise import methods_not_run
 
     cfg = {"experiments": [{"methods": [{"method": "none"}, {"method": "ngram"}, {"method": "eagle"},
                                         {"method": "eagle3"}, {"method": "draft_model"}]}]}

@@ -361,7 +361,7 @@ def test_synthetic_profile_prompts_stay_in_the_tokenizer():
     largest, whatever the model's vocab_size."""
     from transformers import AutoTokenizer
 
-    from specrepro.engine.costfit import profile_prompts, prompt_vocab
+    from specrepro.engine.profile import profile_prompts, prompt_vocab
 
     src = (_sdist("0.10.1.1") / "vllm" / "v1" / "engine" / "processor.py").read_text()
     assert "if max_input_id > tokenizer.max_token_id:" in src  # the rule this guards against

@@ -51,7 +51,7 @@ PLACE = {
     "specrepro.engine.traces": "specrepro.engine.run.traces",
     "specrepro.engine.instrument": "specrepro.engine.run.instrument",  # hook tables go to spec.hooks
     "specrepro.engine.progress": "specrepro.engine.run.progress",
-    "specrepro.engine.counters": "specrepro.engine.run.counters",  # counter names go to spec.counters
+    "specrepro.engine.counters": "specrepro.jobspec.counters",  # counter names go to spec.counters
     "specrepro.engine.sglang": "specrepro.engine.run.sglang",  # argument builders go to spec.sglang
     "specrepro.engine.breakdown": "specrepro.engine.run.breakdown",
     # engine: checks against engine source
@@ -84,6 +84,8 @@ PLACE = {
     "specrepro.engine.sglang_args": "specrepro.jobspec.sglang",
     "specrepro.engine.verbs": "specrepro.engine.run.verbs",
     "specrepro.layout": "specrepro.core.layout",
+    "specrepro.engine.schedule": "specrepro.jobspec.schedule", "specrepro.engine.hooks": "specrepro.jobspec.hooks",
+    "specrepro.engine.llm": "specrepro.engine.run.llm", "specrepro.core.engines": "specrepro.core.engines",
     "specrepro.core": "specrepro.core", "specrepro.core.errors": "specrepro.core.errors",
     "specrepro.core.verbs": "specrepro.core.verbs",
     "specrepro.sim": "specrepro.sim", "specrepro.sim.names": "specrepro.sim.names", "specrepro.sim.verbs": "specrepro.sim.verbs",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .core.errors import SpecReproError
+from .engine.schedule import check_schedule
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
@@ -336,8 +337,6 @@ def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbas
             yield (f"config error: {key_path(mbase + ['k_by_batch_size'])}: vLLM's num_speculative_tokens_per_batch_size "
                    f"drives a chain of drafts in vLLM, but {why}: leave k_by_batch_size out")
             return
-        from .simulator import check_schedule
-
         try:
             ranges = check_schedule(sched)
         except SpecReproError as exc:

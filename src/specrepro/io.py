@@ -14,9 +14,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from .core.errors import SpecReproError  # noqa: F401 - re-exported: io.SpecReproError is the name most modules use
 
@@ -127,6 +128,8 @@ def read_parquet(path: str | os.PathLike) -> pd.DataFrame:
     path = Path(path)
     if not path.exists():
         raise SpecReproError(f"{path}: file not found")
+    import pandas as pd  # only here: io stays cheap to import (the CLI's start-up, the config's checks)
+
     try:
         return pd.read_parquet(path, engine="pyarrow")
     except Exception as exc:  # pyarrow raises several types for damaged files

@@ -71,6 +71,7 @@ import pandas as pd
 
 from .claims import NOT_REPRODUCED, REPRODUCED, Claim, decisive_half_width, status_from_interval
 from .core.errors import SpecReproError
+from .engine.breakdown import load_breakdown
 
 #: two-sided 95 % normal quantile (the level of every interval of the artifact)
 Z = NormalDist().inv_cdf(0.975)
@@ -421,8 +422,6 @@ class Pilot:
         points = load_points(pq) if pq else None
         bd = None
         if csv:
-            from .figures.engine_breakdown import load_breakdown
-
             bd = load_breakdown(csv)
         return cls(points, bd, tuple(pq + csv))
 

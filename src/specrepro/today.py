@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .core.errors import SpecReproError
+from .engine.schedule import schedules_for  # noqa: F401 - re-exported
 
 #: the paper's fixed-k configurations: the baseline the gap is measured from
 PAPER_FIXED = tuple((p, f"fixed-{k}") for p in ("ngram", "eagle") for k in (1, 3, 5))
@@ -136,20 +136,6 @@ def schedule_doc(grid: pd.DataFrame, proposers: Sequence[str], datasets: Sequenc
             "geomean_speedup": {str(int(b)): {str(int(k)): float(v) for k, v in row.items()}
                                 for b, row in table.iterrows()},
         }
-    return out
-
-
-def schedules_for(path: str | Path, dataset: str, mode: str = "held-out") -> dict[str, list]:
-    """{proposer: schedule} from a ``k-schedule`` file: the held-out schedule of ``dataset``, or the pooled one."""
-    from .io import read_json
-
-    doc = read_json(path)
-    out = {}
-    for p, entry in (doc.get("proposers") or {}).items():
-        held = entry.get("held_out") or {}
-        out[p] = held[dataset] if mode == "held-out" and dataset in held else entry["schedule"]
-    if not out:
-        raise SpecReproError(f"{path}: no schedules (expected the output of `specrepro k-schedule`)")
     return out
 
 

@@ -191,3 +191,15 @@ def first_trace_problem(path) -> str | None:
         text = str(exc)
         return "first problem: line" + text.split(str(path), 1)[1] if str(path) in text else text
     return None
+
+
+def simulate_steps(acc_len: Sequence[int], cap: int, start: int = 1) -> list[int]:
+    """Walk an output with a trace: from ``start`` generated tokens, each step produces
+    ``min(acc_len[i], cap)`` tokens; returns the tokens per step (the last may overrun the end).
+    ``start=1``: the engine's prefill produces the first output token without speculation."""
+    steps, i = [], start
+    while i < len(acc_len):
+        n = min(int(acc_len[i]), cap)
+        steps.append(n)
+        i += n
+    return steps

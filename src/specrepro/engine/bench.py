@@ -22,7 +22,9 @@ from typing import Any, Iterable, Mapping
 import pandas as pd
 
 from ..io import SpecReproError, write_json, write_parquet
-from .args import BenchSpec, error_line, open_llm, sampling_kwargs, warmup_sampling_kwargs
+from .args import BenchSpec, error_line, sampling_kwargs, warmup_sampling_kwargs
+from .llm import open_llm, vllm_reported_memory
+from .schedule import schedule_k
 from .progress import Progress
 from .counters import counter_delta, counter_problems, read_counters
 
@@ -105,8 +107,6 @@ def run_point(llm, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: int
     n_out = sum(len(g) for g in gen)
     k = spec.k
     if spec.k_by_batch_size:  # the k vLLM's schedule gives a batch of b requests
-        from ..simulator import schedule_k
-
         k = schedule_k(spec.k_by_batch_size, b, spec.k)
     problems = counter_problems(delta, spec.method, k)
     return {
@@ -122,8 +122,6 @@ def run_point(llm, spec: BenchSpec, table: pd.DataFrame, ds: str, r: int, b: int
 def _reported_memory(llm, log) -> dict | None:
     """What vLLM reports about weights and KV cache at load (memory table's cross-check); None if unreadable."""
     try:
-        from .memory import vllm_reported_memory
-
         return vllm_reported_memory(llm)
     except Exception as exc:  # noqa: BLE001 - a cross-check, never a reason to lose the sweep
         print(f"memory cross-check unavailable: {type(exc).__name__}: {exc}", file=log)

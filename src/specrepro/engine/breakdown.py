@@ -122,3 +122,37 @@ def phase_breakdown(steps: pd.DataFrame, *, by: Sequence[str] = ("run",), wall_s
     if wall_s is not None:
         cols += ["wall_s", "engine_s"]
     return pd.DataFrame(rows, columns=cols)
+
+
+#: the columns a breakdown CSV (``specrepro profile --breakdown``) must have
+REQUIRED = ("exp", "model", "method", "k", "config", "dataset", "batch_size", "clock", "steps", "total_s",
+            "drafting_s", "verification_s", "sampling_s", "overhead_s")
+
+
+def load_breakdown(paths) -> pd.DataFrame:
+    """The breakdown CSVs stacked; an empty file (a configuration without points) is skipped."""
+    if not paths:
+        raise SpecReproError("no breakdown tables given (--breakdown)")
+    frames = []
+    for p in paths:
+        try:
+            df = pd.read_csv(p)
+        except FileNotFoundError:
+            raise SpecReproError(f"{p}: file not found") from None
+        except pd.errors.EmptyDataError:
+            continue
+        if df.empty:
+            continue
+        missing = [c for c in REQUIRED if c not in df.columns]
+        if missing:
+            raise SpecReproError(f"{p}: not a breakdown table (missing column(s) {', '.join(missing)})")
+        frames.append(df)
+    if not frames:
+        raise SpecReproError(f"all {len(paths)} breakdown table(s) are empty: no profiled points to plot")
+    df = pd.concat(frames, ignore_index=True)
+    df["k"] = pd.to_numeric(df["k"], errors="coerce").astype("Int64")
+    df["batch_size"] = df["batch_size"].astype(int)
+    for c in ["steps", "total_s"] + [f"{p}_s" for p in BREAKDOWN_PHASES]:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    df["clock"] = df["clock"].astype(str)
+    return df

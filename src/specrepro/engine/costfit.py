@@ -51,13 +51,11 @@ data-dependent shapes: raise.
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
@@ -66,137 +64,11 @@ import yaml
 from ..core.errors import SpecReproError
 
 TIMING_COLUMNS = ("role", "kv_tokens", "batched_tokens", "seconds")
-STEP_COLUMNS = ("step", "phase", "role", "method", "batch_size", "prompt_len", "k", "kv_tokens",
-                "batched_tokens", "seconds", "overhead_s", "clock")
 ROLE_COEFS = {
     "target": ("c_kv", "c_compute", "c_fixed"),
     "drafter": ("d_kv", "d_spec", "d_fixed"),
 }
 ROLES = ("target", "drafter", "ngram")
-
-
-# --- engine steps -> timings table --------------------------------------------------------------
-
-
-def expected_steps(max_tokens: int, method: str = "none", k: int | None = None) -> int:
-    """Engine steps of a run whose every request produces ``max_tokens`` tokens (see module doc)."""
-    if max_tokens < 1:
-        raise SpecReproError(f"max_tokens must be >= 1, got {max_tokens}")
-    if method == "none":
-        return max_tokens
-    if method == "draft_model":
-        if not k or k < 1:
-            raise SpecReproError("method draft_model needs k >= 1")
-        return 1 + math.ceil((max_tokens - 1) / (k + 1))
-    raise SpecReproError(
-        f"method {method!r}: step shapes depend on what is accepted; profile without SD ('none') or with a "
-        "draft model identical to the target ('draft_model') to know every step's kv and n"
-    )
-
-
-def steps_from_timings(steps: pd.DataFrame, *, batch_size: int, prompt_len: int, max_tokens: int,
-                       k: int | None = None, method: str = "none",
-                       spec_metrics: Mapping[str, float] | None = None) -> pd.DataFrame:
-    """Per-step timings (columns :data:`STEP_COLUMNS`) of one ``generate`` of the cost-fit sweep, from
-    its step table (:func:`specrepro.engine.breakdown.step_table`), shapes measured by the plugin and
-    checked against the sweep's design (see the module docstring).
-
-    ``spec_metrics`` (optional; the difference of ``llm.get_metrics()`` around the run): keys
-    ``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``; checked: every draft accepted.
-    """
-    B, P = int(batch_size), int(prompt_len)
-    if B < 1 or P < 1:
-        raise SpecReproError(f"batch_size and prompt_len must be >= 1, got {B}, {P}")
-    want = expected_steps(max_tokens, method, k)
-    where = f"(method {method}, B={B}, P={P}, max_tokens={max_tokens}, k={k})"
-    if len(steps) != want:
-        raise SpecReproError(
-            f"{len(steps)} engine steps recorded, expected {want} {where}: the step shapes are not the sweep's "
-            "(chunked prefill? rejected drafts? prefix-cache hits?)"
-        )
-    if method == "draft_model" and spec_metrics is not None:
-        drafts = spec_metrics.get("num_draft_tokens", 0)
-        acc = spec_metrics.get("num_accepted_tokens", 0)
-        if drafts <= 0 or acc != drafts:
-            raise SpecReproError(
-                f"draft_model run accepted {acc} of {drafts} draft tokens: shapes assume every draft is accepted "
-                "(use the target itself as the draft model)"
-            )
-    st = steps.sort_values("step").reset_index(drop=True)
-    rows = []
-    for j, s in enumerate(st.itertuples(index=False)):
-        if j == 0:
-            n, kv, inp, phase = B * P, 0, P, "prefill"
-        elif method == "none":
-            n, kv, inp, phase = B, B * (P + j), None, "decode"
-        else:
-            n, kv, inp, phase = B * (k + 1), B * (P + 1 + (k + 1) * (j - 1)), k + 1, "decode"
-        got_kv = int(s.context_tokens) + int(s.num_reqs) - int(s.prefill_reqs)
-        if (int(s.scheduled_tokens), got_kv, int(s.num_reqs)) != (n, kv, B):
-            raise SpecReproError(
-                f"step {j}: measured {int(s.num_reqs)} requests, {int(s.scheduled_tokens)} tokens scheduled, kv {got_kv}; "
-                f"the sweep's design says {B}, {n}, {kv} {where}"
-            )
-        draft_s = float(s.drafting_s) if method == "draft_model" else 0.0
-        common = dict(step=j, phase=phase, method=method, batch_size=B, prompt_len=P, k=k or 0, clock=s.clock)
-        rows.append({**common, "role": "target", "kv_tokens": kv, "batched_tokens": n, "seconds": float(s.verification_s),
-                     "overhead_s": float(s.step_s) - float(s.verification_s) - draft_s})
-        if method == "draft_model":
-            rows.append({**common, "role": "drafter", "kv_tokens": kv, "batched_tokens": inp, "seconds": draft_s,
-                         "overhead_s": np.nan})
-    out = pd.DataFrame(rows, columns=list(STEP_COLUMNS))
-    out["k"] = out["k"].astype("int64")
-    return out
-
-
-def prompt_vocab(model_vocab: int, tokenizer_len: int) -> int:
-    """Token ids a synthetic prompt may use: those of both the model and the tokenizer. Qwen3 and
-    GLM-4.5 pad their embeddings past the tokenizer, and vLLM 0.10.1.1 rejects a prompt id above the
-    tokenizer's largest ("Token id ... is out of vocabulary", v1/engine/processor.py)."""
-    return min(int(model_vocab), int(tokenizer_len))
-
-
-def profile_prompts(batch_size: int, prompt_len: int, vocab_size: int, offset: int = 0) -> list:
-    """``batch_size`` token prompts of exactly ``prompt_len`` ids, all different (no prefix-cache
-    hits between them); ids avoid 0-3 (special tokens of most tokenizers)."""
-    from vllm.inputs import TokensPrompt
-
-    span = max(vocab_size - 4, 1)
-    return [TokensPrompt(prompt_token_ids=[4 + (offset + 7919 * b + 31 * i + b * i) % span for i in range(prompt_len)])
-            for b in range(batch_size)]
-
-
-def sweep_sampling_kwargs(max_tokens: int) -> dict:
-    """``SamplingParams`` keywords of the cost-fit sweep: exactly ``max_tokens`` tokens per request."""
-    return {"max_tokens": int(max_tokens), "ignore_eos": True, "temperature": 0.0}
-
-
-def profile_sweep(llm, steplog, *, batch_sizes: Sequence[int], prompt_lens: Sequence[int], max_tokens: int,
-                  method: str = "none", k: int | None = None, warmup: bool = True) -> pd.DataFrame:
-    """One ``generate`` per (B, P) on a built ``LLM`` whose plugin records timings into ``steplog``
-    (:class:`specrepro.engine.instrument.StepLog`); stacks :func:`steps_from_timings`.
-
-    The LLM needs ``max_num_batched_tokens >= max(B) * max(P)``; for ``draft_model`` the draft must be
-    the target.
-    """
-    from vllm import SamplingParams
-
-    from .breakdown import step_table
-    from .counters import counter_delta, read_counters
-
-    vocab = prompt_vocab(llm.llm_engine.vllm_config.model_config.get_vocab_size(), len(llm.get_tokenizer()))
-    sp = SamplingParams(**sweep_sampling_kwargs(max_tokens))
-    if warmup:
-        llm.generate(profile_prompts(max(batch_sizes), max(prompt_lens), vocab, offset=99), sp, use_tqdm=False)
-    steplog.new()
-    tables = []
-    for i, (B, P) in enumerate(itertools.product(batch_sizes, prompt_lens)):
-        before = read_counters(llm.get_metrics()) if method != "none" else None
-        llm.generate(profile_prompts(B, P, vocab, offset=1000 * (i + 1)), sp, use_tqdm=False)
-        metrics = counter_delta(before, read_counters(llm.get_metrics())) if before is not None else None
-        tables.append(steps_from_timings(step_table(steplog.new()), batch_size=B, prompt_len=P, max_tokens=max_tokens,
-                                         k=k, method=method, spec_metrics=metrics))
-    return pd.concat(tables, ignore_index=True)
 
 
 # --- the fit ------------------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def generate_train_data(target_dir: str, prompts: Sequence[Mapping[str, str]], *
                         heldout: float, seed: int) -> tuple[pd.DataFrame, float]:
     """The target's greedy outputs on every prompt (chat template on), and the wall time of generating them."""
     from ..prompts import chat_tokenizer
-    from .args import import_vllm
+    from ..core.engines import import_vllm
 
     _engine_env(engine.get("env") or {})
     encode = chat_tokenizer(target_dir, thinking=False)
@@ -598,7 +598,7 @@ def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.Dat
     import torch
 
     from .oracle import _draft_model_acc, _EagleHead, _Model, acc_from_drafts
-    from .traces import simulate_steps
+    from ..traces import simulate_steps
 
     rows = [i for i, s in enumerate(df["split"]) if s == "heldout"]
     accs, steps, per_request = [], [], []

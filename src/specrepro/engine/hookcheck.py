@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..core.errors import SpecReproError
-from .instrument import FAMILIES, Family, Hook, Read, family_for
+from .hooks import FAMILIES, Family, Hook, Read, family_for
 
 #: the engines the hook tables are checked against (pinned sdists)
 PINNED_VLLM = ("0.10.1.1", "0.11.1", "0.34.0")

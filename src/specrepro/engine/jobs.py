@@ -35,7 +35,7 @@ from typing import Any, Iterator, Mapping
 from .args import (
     TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, profiled_requests, sampling_kwargs,
 )
-from .args import CHECK_TOKENS, trace_sampling_kwargs, warmup_sampling_kwargs
+from .args import CHECK_TOKENS, sweep_sampling_kwargs, trace_sampling_kwargs, warmup_sampling_kwargs
 from . import sglang_args as sglang
 from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image, vllm_env
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
@@ -331,8 +331,6 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
         target_model_type=_model_type(model_dir(manifest_path(exp["model"]), workdir)),
     )
     if sweep:
-        from .costfit import sweep_sampling_kwargs
-
         rec["other_sampling_params"]["cost_sweep"] = sweep_sampling_kwargs(int(sweep["max_tokens"]))
     return rec
 

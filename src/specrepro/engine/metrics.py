@@ -433,16 +433,6 @@ def first_errors(points: pd.DataFrame, limit: int = 3) -> list[str]:
     return [f"{e} ({n}x)" for e, n in sorted(counts.items(), key=lambda t: (-t[1], t[0]))[:limit]]
 
 
-def paper_engine_values(registry: str | Path | None) -> dict[str, float]:
-    """The paper's engine values by metric key, from the claims registry (empty without one)."""
-    if not registry:
-        return {}
-    from ..claims import load_claims
-
-    return {c.measured_by: c.plotted_value for c in load_claims(registry)
-            if c.evidence == "engine" and c.measured_by and c.plotted_value is not None}
-
-
 
 def request_bleu(points: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
     """Per (exp, dataset, request, config, B): BLEU-4 of the no-SD output against its prompt, and throughput.

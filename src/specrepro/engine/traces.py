@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..core.errors import SpecReproError
+from ..traces import simulate_steps  # noqa: F401 - re-exported
 from .args import CHECK_TOKENS, TRACE_K
 
 #: requests and output tokens of the record-only check against vLLM's counters
@@ -182,18 +183,6 @@ def merge_trace_records(files: Mapping[str, list[dict]], dataset: str | None = N
     return merged, dropped
 
 
-def simulate_steps(acc_len: Sequence[int], cap: int, start: int = 1) -> list[int]:
-    """Walk an output with a trace: from ``start`` generated tokens, each step produces
-    ``min(acc_len[i], cap)`` tokens; returns the tokens per step (the last may overrun the end).
-    ``start=1``: the engine's prefill produces the first output token without speculation."""
-    steps, i = [], start
-    while i < len(acc_len):
-        n = min(int(acc_len[i]), cap)
-        steps.append(n)
-        i += n
-    return steps
-
-
 # --- the engine run -----------------------------------------------------------------------------
 
 
@@ -215,7 +204,8 @@ def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir:
     ``greedy``: optional table (dataset, request_id, output_token_ids) of no-SD greedy outputs to compare
     with. Returns (released-format records with a ``dataset`` field, the check summary).
     """
-    from .args import apply_engine_env, trace_sampling_kwargs
+    from .args import trace_sampling_kwargs
+    from .llm import apply_engine_env
 
     apply_engine_env(spec)  # before vLLM (and torch) load: OMP_NUM_THREADS counts only then
     from vllm import SamplingParams, TokensPrompt

@@ -157,10 +157,9 @@ def _profile(sub) -> None:
     def run(a):
         import json
 
-        from .costfit import STEP_COLUMNS
         from .args import BenchSpec
         from .bench import device_name
-        from .profile import run_profile
+        from .profile import STEP_COLUMNS, run_profile
         from ..prompts import read_prompt_tables
         from ..io import read_json, write_csv, write_json, write_parquet
         from ..provenance import package_versions

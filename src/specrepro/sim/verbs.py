@@ -44,7 +44,7 @@ def _simulate(sub) -> None:
         cost = load_cost_model(a.cost_model)
         schedules = None
         if a.schedule:
-            from ..today import schedules_for
+            from ..engine.schedule import schedules_for
 
             schedules = schedules_for(a.schedule, a.dataset, a.schedule_mode)
         result = simulate_trace_file(
