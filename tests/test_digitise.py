@@ -17,9 +17,9 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from specrepro import digitise as dg  # noqa: E402
-from specrepro.claims import Claim, load_claims  # noqa: E402
+from specrepro.analysis.claims import Claim, load_claims  # noqa: E402
 from specrepro.cli import main  # noqa: E402
-from specrepro.io import write_json  # noqa: E402
+from specrepro.core.io import write_json  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 
@@ -337,7 +337,7 @@ def test_recorded_image_facts_are_the_files(tmp_path):
 
 
 def test_an_origin_record_without_its_fields_is_one_line(tmp_path):
-    from specrepro.io import SpecReproError
+    from specrepro.core.io import SpecReproError
 
     (tmp_path / "o.yaml").write_text("images:\n  paper-fig1.png: {figure: 'Fig. 1', sha256: abc}\n")
     with pytest.raises(SpecReproError, match="lacks pixels, dpi, software, arxiv_version, page, rasterised"):

@@ -17,11 +17,11 @@ import yaml  # noqa: E402
 
 from specrepro import figures as figreg  # noqa: E402
 from specrepro import report as rep  # noqa: E402
-from specrepro.claims import evaluate, load_claims  # noqa: E402
+from specrepro.analysis.claims import evaluate, load_claims  # noqa: E402
 from specrepro.figures import style  # noqa: E402
-from specrepro.io import SpecReproError  # noqa: E402
-from specrepro.layout import MIN_REQUESTS, label_page, overfull_boxes, page_fill, sparse_pages, text_overlaps  # noqa: E402
-from specrepro.uncertainty import CI_HIGH, CI_LOW, SAME_SAMPLE  # noqa: E402
+from specrepro.core.io import SpecReproError  # noqa: E402
+from specrepro.core.layout import MIN_REQUESTS, label_page, overfull_boxes, page_fill, sparse_pages, text_overlaps  # noqa: E402
+from specrepro.core.uncertainty import CI_HIGH, CI_LOW, SAME_SAMPLE  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 

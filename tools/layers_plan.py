@@ -36,56 +36,56 @@ PLACE = {
     "specrepro.vllm_plugin": "specrepro.vllm_plugin",
     "specrepro.report": "specrepro.report",
     # analyses
-    "specrepro.acceptance": "specrepro.analysis.acceptance",
-    "specrepro.claims": "specrepro.analysis.claims",  # Claim and load_claims go to core.registry
+    "specrepro.analysis.acceptance": "specrepro.analysis.acceptance",
+    "specrepro.analysis.claims": "specrepro.analysis.claims",  # Claim and load_claims go to core.registry
     "specrepro.digitise": "specrepro.analysis.digitise",
-    "specrepro.sizing": "specrepro.analysis.sizing",
-    "specrepro.today": "specrepro.analysis.today",
+    "specrepro.analysis.sizing": "specrepro.analysis.sizing",
+    "specrepro.analysis.today": "specrepro.analysis.today",
     # engine: result analyses
-    "specrepro.engine.metrics": "specrepro.engine.results.metrics",
-    "specrepro.engine.costfit": "specrepro.engine.results.costfit",  # profile_sweep & co. go to run.profile
-    "specrepro.engine.memory": "specrepro.engine.results.memory",  # vllm_reported_memory goes to run.bench
+    "specrepro.engine.results.metrics": "specrepro.engine.results.metrics",
+    "specrepro.engine.results.costfit": "specrepro.engine.results.costfit",  # profile_sweep & co. go to run.profile
+    "specrepro.engine.results.memory": "specrepro.engine.results.memory",  # vllm_reported_memory goes to run.bench
     # engine: running engines
-    "specrepro.engine.bench": "specrepro.engine.run.bench",
-    "specrepro.engine.profile": "specrepro.engine.run.profile",
-    "specrepro.engine.traces": "specrepro.engine.run.traces",
-    "specrepro.engine.instrument": "specrepro.engine.run.instrument",  # hook tables go to spec.hooks
-    "specrepro.engine.progress": "specrepro.engine.run.progress",
-    "specrepro.engine.counters": "specrepro.jobspec.counters",  # counter names go to spec.counters
-    "specrepro.engine.sglang": "specrepro.engine.run.sglang",  # argument builders go to spec.sglang
-    "specrepro.engine.breakdown": "specrepro.engine.run.breakdown",
+    "specrepro.engine.run.bench": "specrepro.engine.run.bench",
+    "specrepro.engine.run.profile": "specrepro.engine.run.profile",
+    "specrepro.engine.run.traces": "specrepro.engine.run.traces",
+    "specrepro.engine.run.instrument": "specrepro.engine.run.instrument",  # hook tables go to spec.hooks
+    "specrepro.engine.run.progress": "specrepro.engine.run.progress",
+    "specrepro.jobspec.counters": "specrepro.jobspec.counters",  # counter names go to spec.counters
+    "specrepro.engine.run.sglang": "specrepro.engine.run.sglang",  # argument builders go to spec.sglang
+    "specrepro.engine.run.breakdown": "specrepro.engine.run.breakdown",
     # engine: checks against engine source
-    "specrepro.engine.sourcecheck": "specrepro.engine.check.sourcecheck",
-    "specrepro.engine.sourcecheck_sglang": "specrepro.engine.check.sourcecheck_sglang",
-    "specrepro.engine.hookcheck": "specrepro.engine.check.hookcheck",
-    "specrepro.engine.sources": "specrepro.engine.check.sources",
+    "specrepro.engine.check.sourcecheck": "specrepro.engine.check.sourcecheck",
+    "specrepro.engine.check.sourcecheck_sglang": "specrepro.engine.check.sourcecheck_sglang",
+    "specrepro.engine.check.hookcheck": "specrepro.engine.check.hookcheck",
+    "specrepro.engine.check.sources": "specrepro.engine.check.sources",
     # engine: building models
-    "specrepro.engine.families": "specrepro.engine.models.families",
-    "specrepro.engine.standins": "specrepro.engine.models.standins",
-    "specrepro.engine.from_gguf": "specrepro.engine.models.from_gguf",
-    "specrepro.engine.drafters": "specrepro.engine.models.drafters",
-    "specrepro.engine.oracle": "specrepro.engine.models.oracle",
+    "specrepro.engine.models.families": "specrepro.engine.models.families",
+    "specrepro.engine.models.standins": "specrepro.engine.models.standins",
+    "specrepro.engine.models.from_gguf": "specrepro.engine.models.from_gguf",
+    "specrepro.engine.models.drafters": "specrepro.engine.models.drafters",
+    "specrepro.engine.models.oracle": "specrepro.engine.models.oracle",
     # what each engine job is and passes (no vllm, no torch): a package of its own, below config
     "specrepro.engine": "specrepro.jobspec",  # the package __init__ re-exports args (drop it, or re-export jobspec)
-    "specrepro.engine.args": "specrepro.jobspec.args",
-    "specrepro.engine.jobs": "specrepro.jobspec.jobs",
-    "specrepro.engine.images": "specrepro.jobspec.images",
-    "specrepro.engine.trees": "specrepro.jobspec.trees",
+    "specrepro.jobspec.args": "specrepro.jobspec.args",
+    "specrepro.jobspec.jobs": "specrepro.jobspec.jobs",
+    "specrepro.jobspec.images": "specrepro.jobspec.images",
+    "specrepro.jobspec.trees": "specrepro.jobspec.trees",
     # simulator
-    "specrepro.simulator": "specrepro.sim.simulator",
+    "specrepro.sim.simulator": "specrepro.sim.simulator",
     # run configuration
     "specrepro.config": "specrepro.config",
     "specrepro.plan": "specrepro.plan",
     "specrepro.preflight": "specrepro.preflight",
     # added after the plan was written
-    "specrepro.engine.closedloop": "specrepro.analysis.closedloop",
-    "specrepro.engine.enginesim": "specrepro.analysis.enginesim",
-    "specrepro.engine.modelfit": "specrepro.engine.results.modelfit",
-    "specrepro.engine.sglang_args": "specrepro.jobspec.sglang",
-    "specrepro.engine.verbs": "specrepro.engine.run.verbs",
-    "specrepro.layout": "specrepro.core.layout",
-    "specrepro.engine.schedule": "specrepro.jobspec.schedule", "specrepro.engine.hooks": "specrepro.jobspec.hooks",
-    "specrepro.engine.llm": "specrepro.engine.run.llm", "specrepro.core.engines": "specrepro.core.engines",
+    "specrepro.analysis.closedloop": "specrepro.analysis.closedloop",
+    "specrepro.analysis.enginesim": "specrepro.analysis.enginesim",
+    "specrepro.engine.results.modelfit": "specrepro.engine.results.modelfit",
+    "specrepro.jobspec.sglang": "specrepro.jobspec.sglang",
+    "specrepro.engine.run.verbs": "specrepro.engine.run.verbs",
+    "specrepro.core.layout": "specrepro.core.layout",
+    "specrepro.jobspec.schedule": "specrepro.jobspec.schedule", "specrepro.jobspec.hooks": "specrepro.jobspec.hooks",
+    "specrepro.engine.run.llm": "specrepro.engine.run.llm", "specrepro.core.engines": "specrepro.core.engines",
     "specrepro.core": "specrepro.core", "specrepro.core.errors": "specrepro.core.errors",
     "specrepro.core.verbs": "specrepro.core.verbs",
     "specrepro.sim": "specrepro.sim", "specrepro.sim.names": "specrepro.sim.names", "specrepro.sim.verbs": "specrepro.sim.verbs",

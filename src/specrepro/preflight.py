@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 WEIGHT_SHARE = 0.8
 #: an image's size on disk while it is built (layers + squashed image), GB
 IMAGE_BUILD_GB = 30.0
-# The lowest NVIDIA driver of each image is its own cuda.min_driver label (specrepro.engine.images):
+# The lowest NVIDIA driver of each image is its own cuda.min_driver label (specrepro.jobspec.images):
 # no second table here that could disagree with the image.
 
 
@@ -121,10 +121,10 @@ def problems(
 ) -> list[str]:
     """Every problem, one line each with its fix; an empty list means the run can start.
 
-    ``images``: name -> :class:`specrepro.engine.images.Definition` of every image the run's jobs use
+    ``images``: name -> :class:`specrepro.jobspec.images.Definition` of every image the run's jobs use
     (default: read from containers/); ``missing_images``: those still to be built.
     """
-    from .engine.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
+    from .jobspec.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
 
     out: list[str] = []
     if images is None:
@@ -261,7 +261,7 @@ def add_cli(sub) -> None:
         import os
 
         from .core.errors import SpecReproError
-        from .io import read_json, write_json
+        from .core.io import read_json, write_json
 
         cfg = read_json(a.run_config)
         env = dict(os.environ)
@@ -271,7 +271,7 @@ def add_cli(sub) -> None:
         need = needs(cfg, a.downloaded)
         images = None
         if a.image:
-            from .engine.images import parse_definition
+            from .jobspec.images import parse_definition
 
             images = {}
             for item in a.image:

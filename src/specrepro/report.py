@@ -24,10 +24,10 @@ import pandas as pd
 
 from . import figures as figreg
 from .figures.engine_exercise import methods_not_run
-from .claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
-from .io import SpecReproError, atomic_path, read_json, write_text
-from .latex import tex_breakable, tex_escape
-from .layout import MIN_REQUESTS, PER_REQUEST
+from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
+from .core.io import SpecReproError, atomic_path, read_json, write_text
+from .core.latex import tex_breakable, tex_escape
+from .core.layout import MIN_REQUESTS, PER_REQUEST
 
 
 #: what the figures of a subject speak for: the paper's claims (released traces, the simulator, a GPU run's
@@ -360,7 +360,7 @@ def figure_summaries(claims: pd.DataFrame, items: Sequence[Item] = ()) -> list[d
 def standin_rows(run_config: dict) -> list[dict]:
     """One row per experiment that stands in for a paper experiment: which one, and which Hugging Face
     models its target and drafters are shaped like (their build kinds)."""
-    from .engine.families import STANDINS
+    from .engine.models.families import STANDINS
 
     def shaped(source: dict | None) -> str:
         kind = ((source or {}).get("build") or {}).get("kind")
@@ -457,7 +457,7 @@ def build_report(
     pdf_out: str | Path,
     repo: str | Path,
 ) -> None:
-    from . import provenance as prov
+    from .core import provenance as prov
 
     run_config = read_json(run_config_path)
     tex_out = Path(tex_out)
@@ -471,7 +471,7 @@ def build_report(
     try:
         problems = layout_problems(tex_out)
     except ImportError:  # pypdf (the test extra) reads the pages; without it the log's check alone
-        from .layout import overfull_boxes
+        from .core.layout import overfull_boxes
 
         problems = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in
                     overfull_boxes(tex_out.with_suffix(".log").read_text(errors="replace"))]
@@ -489,7 +489,7 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
     """(body pages: those before the appendices, all pages) of a compiled report."""
     from pypdf import PdfReader
 
-    from .layout import label_page
+    from .core.layout import label_page
 
     tex = Path(tex)
     start = label_page(tex.with_suffix(".aux").read_text(errors="replace"), "appendix")
@@ -499,7 +499,7 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
 def layout_problems(tex: str | Path) -> list[str]:
     """What a reader would see as wrong in a compiled report: lines or tables wider than the text
     (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, a body longer than MAX_BODY_PAGES."""
-    from .layout import MIN_PAGE_FILL, overfull_boxes, sparse_pages
+    from .core.layout import MIN_PAGE_FILL, overfull_boxes, sparse_pages
 
     tex = Path(tex)
     out = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in overfull_boxes(tex.with_suffix(".log").read_text(errors="replace"))]

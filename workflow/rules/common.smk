@@ -16,16 +16,16 @@ sys.path.insert(0, str(REPO / "src"))
 
 
 from specrepro.config import config_hash, config_problems, schema_error_from_workflow_error  # noqa: E402
-from specrepro.fetch import resolve_source  # noqa: E402
-from specrepro.io import SpecReproError  # noqa: E402
-from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
-from specrepro.integrity import quarantine, scan  # noqa: E402
-from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
-from specrepro.engine import jobs as _jobs  # noqa: E402
-from specrepro.engine.args import TRACE_K, TRACEABLE, trace_label  # noqa: E402
-from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, trace_image as _trace_image, used_images as _used_images  # noqa: E402
-from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
-from specrepro.layout import MIN_REQUESTS, PER_REQUEST  # noqa: E402
+from specrepro.core.fetch import resolve_source  # noqa: E402
+from specrepro.core.io import SpecReproError  # noqa: E402
+from specrepro.core.cluster import engine_resources as _engine_resources  # noqa: E402
+from specrepro.core.integrity import quarantine, scan  # noqa: E402
+from specrepro.jobspec import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
+from specrepro.jobspec import jobs as _jobs  # noqa: E402
+from specrepro.jobspec.args import TRACE_K, TRACEABLE, trace_label  # noqa: E402
+from specrepro.jobspec.images import IMAGE_NAMES, image_stem, job_image, trace_image as _trace_image, used_images as _used_images  # noqa: E402
+from specrepro.jobspec.trees import experiment_engine, tree_study  # noqa: E402
+from specrepro.core.layout import MIN_REQUESTS, PER_REQUEST  # noqa: E402
 
 
 def stop(message):
@@ -180,7 +180,7 @@ def gpu_onstart():
     """Stop a local GPU run whose jobs need more GPUs than the machine has; else use all of them."""
     if RUN["kind"] != "gpu" or not workflow.local_exec:
         return
-    from specrepro.gpus import start_problem, visible_gpus
+    from specrepro.core.gpus import start_problem, visible_gpus
 
     have = len(visible_gpus())
     jobs = [(f"{j.rule.name} {', '.join(map(str, j.output))}", int(j.resources.get("gpu", 0) or 0))
@@ -791,7 +791,7 @@ def trend_drafters():
 
 def upper_bound_methods(exp):
     """The experiment's traced methods the simulator models (n-gram and model-based drafters), in trace-set order."""
-    from specrepro.engine.modelfit import DRAFTERS, LOOKUP
+    from specrepro.engine.results.modelfit import DRAFTERS, LOOKUP
 
     ts = TRACE_SETS.get(f"engine-{exp}")
     return [m for m, _ in ts["proposers"] if m == LOOKUP or m in DRAFTERS] if ts else []

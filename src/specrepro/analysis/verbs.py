@@ -13,8 +13,8 @@ def _claims(sub) -> None:
     p.add_argument("-o", "--output", required=True, help="claims table (CSV)")
 
     def run(a):
-        from ..claims import evaluate, load_claims, load_metrics
-        from ..io import read_json, write_csv
+        from .claims import evaluate, load_claims, load_metrics
+        from ..core.io import read_json, write_csv
 
         kind = read_json(a.run_config)["run"]["kind"]
         table = evaluate(load_claims(a.registry), load_metrics(a.metrics), kind)
@@ -40,11 +40,11 @@ def _plan(sub) -> None:
     p.add_argument("--sizing-csv", help="also write the claims' sizing as CSV")
 
     def run(a):
-        from ..claims import load_claims
-        from ..io import write_csv
+        from .claims import load_claims
+        from ..core.io import write_csv
         from ..plan import plan_jobs
-        from ..sizing import FULL_CONFIG, REPO, Pilot, format_sized_plan, load_config, released_trace_files
-        from ..sizing import coverage_by_group, requests_table, size_claims, trace_proxy
+        from .sizing import FULL_CONFIG, REPO, Pilot, format_sized_plan, load_config, released_trace_files
+        from .sizing import coverage_by_group, requests_table, size_claims, trace_proxy
 
         cfg = load_config(a.run_config)
         table = plan_jobs(cfg, a.cost_model)

@@ -15,7 +15,7 @@ def _write_json(sub) -> None:
     def run(a):
         import json
 
-        from ..io import write_json
+        from .io import write_json
 
         write_json(a.output, json.loads(a.json))
 
@@ -33,8 +33,8 @@ def _fetch_trace(sub) -> None:
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
-        from ..fetch import fetch_verified
-        from ..traces import first_trace_problem
+        from .fetch import fetch_verified
+        from .traces import first_trace_problem
 
         src = fetch_verified(
             a.url, a.sha256, a.output, a.local_dir, a.filename, a.offline, a.provenance, diagnose=first_trace_problem
@@ -53,8 +53,8 @@ def _trace_tables(sub) -> None:
     p.add_argument("--requests", required=True, help="output: one row per request")
 
     def run(a):
-        from ..io import write_parquet
-        from ..traces import load_tables
+        from .io import write_parquet
+        from .traces import load_tables
 
         requests, positions = load_tables(a.trace, a.dataset, tuple(a.aligned))
         write_parquet(a.requests, requests)
@@ -76,8 +76,8 @@ def _ngram_trace(sub) -> None:
     p.add_argument("--stats", help="write agreement with the input's acc_ngram (JSON)")
 
     def run(a):
-        from ..io import write_json
-        from ..ngram import NgramParams, agreement_stats, ngram_acc_lens, read_token_trace, write_ngram_trace
+        from .io import write_json
+        from .ngram import NgramParams, agreement_stats, ngram_acc_lens, read_token_trace, write_ngram_trace
 
         params = NgramParams(a.min_n, a.max_n, a.k)
         objs, records = read_token_trace(a.input)
@@ -104,9 +104,9 @@ def _prompt_bleu(sub) -> None:
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
-        from ..bleu import bleu_table
-        from ..io import write_csv
-        from ..traces import read_trace
+        from .bleu import bleu_table
+        from .io import write_csv
+        from .traces import read_trace
 
         write_csv(a.output, bleu_table(read_trace(a.trace, aligned=()), a.dataset), float_format="%.10g")
 
@@ -127,7 +127,7 @@ def _fetch_model(sub) -> None:
     def run(a):
         import os
 
-        from ..hub import fetch_model, hf_token
+        from .hub import fetch_model, hf_token
 
         if a.offline:
             os.environ["HF_HUB_OFFLINE"] = "1"  # nothing below may touch the network
@@ -154,7 +154,7 @@ def _fetch_dataset(sub) -> None:
         import json
         import os
 
-        from ..hub import fetch_dataset, hf_token
+        from .hub import fetch_dataset, hf_token
 
         if a.offline:
             os.environ["HF_HUB_OFFLINE"] = "1"
@@ -172,8 +172,8 @@ def _manifest(sub) -> None:
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
-        from ..hub import run_manifest
-        from ..io import write_json
+        from .hub import run_manifest
+        from .io import write_json
 
         write_json(a.output, run_manifest(a.records))
 
@@ -189,7 +189,7 @@ def _image_record(sub) -> None:
     p.add_argument("-o", "--output", required=True)
 
     def run(a):
-        from ..io import sha256_file, write_json
+        from .io import sha256_file, write_json
 
         files = {Path(f).name: sha256_file(f) for f in (a.definition, a.lock, a.image)}
         write_json(a.output, {"name": a.name, "kind": "image", "source": "build", "repo": None,

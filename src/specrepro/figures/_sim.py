@@ -61,7 +61,7 @@ def paper_values(registry: str | Path | None, traceset: str) -> dict[str, float]
     """The paper's simulator values by metric key, from the claims registry (empty without one)."""
     if not registry:
         return {}
-    from ..claims import load_claims
+    from ..analysis.claims import load_claims
 
     prefix = f"sim.{traceset}."
     return {c.measured_by: c.plotted_value for c in load_claims(registry)

@@ -7,10 +7,10 @@ import math
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..claims import load_claims
+from ..analysis.claims import load_claims
 from ..digitise import agreement, load_image_origins, nearest_tolerance, summary
-from ..io import SpecReproError, write_csv, write_text
-from ..latex import tex_escape
+from ..core.io import SpecReproError, write_csv, write_text
+from ..core.latex import tex_escape
 
 SPEC = FigureSpec(
     name="tab_digitiser",

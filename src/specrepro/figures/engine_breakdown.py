@@ -1,7 +1,7 @@
 """Fig. 4: where the time of an engine step goes (drafting / verification / sampling / overhead).
 
 Input: the breakdown CSVs of ``specrepro profile`` (one per engine configuration, one row per profiled
-point, from the step records of the instrumentation plugin :mod:`specrepro.engine.instrument`: exp, model, method, k, config, dataset, request_index, batch_size, clock, steps, total_s,
+point, from the step records of the instrumentation plugin :mod:`specrepro.engine.run.instrument`: exp, model, method, k, config, dataset, request_index, batch_size, clock, steps, total_s,
 <phase>_s, <phase>_share). The share of a configuration at batch size B is the sum of a phase's seconds
 over its points divided by the sum of their ``total_s`` (a time-weighted share, not a mean of shares).
 
@@ -24,7 +24,7 @@ Every share carries its 95 % bootstrap interval over the profiled requests (the 
 and B are distinct requests; a share is a pooled ratio, so a request's phase and step seconds are resampled
 together): CSV columns ``<phase>_pct_ci_low`` / ``_ci_high`` (and for the forward ratio), metric keys
 ``<key>.ci_low`` / ``.ci_high`` / ``.n``. The ``min``/``max`` keys carry the envelope of the intervals
-(:func:`specrepro.uncertainty.envelope`): "sampling below 1.7 % everywhere" holds with confidence when the
+(:func:`specrepro.core.uncertainty.envelope`): "sampling below 1.7 % everywhere" holds with confidence when the
 largest upper end is below 1.7.
 """
 
@@ -38,10 +38,10 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine.metrics import config_label_text, config_order
-from ..io import SpecReproError, write_csv, write_json
-from ..engine.breakdown import BREAKDOWN_PHASES, REQUIRED, load_breakdown  # noqa: F401 - re-exported
-from ..uncertainty import Interval, bootstrap_pooled_ratio_ci, envelope, interval_metrics
+from ..engine.results.metrics import config_label_text, config_order
+from ..core.io import SpecReproError, write_csv, write_json
+from ..engine.run.breakdown import BREAKDOWN_PHASES, REQUIRED, load_breakdown  # noqa: F401 - re-exported
+from ..core.uncertainty import Interval, bootstrap_pooled_ratio_ci, envelope, interval_metrics
 
 SPEC = FigureSpec(
     name="fig04_breakdown",

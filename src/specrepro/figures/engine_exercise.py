@@ -5,7 +5,7 @@ Per (experiment, configuration) of the engine runs: *outcome* ``ran`` (every poi
 or ``refused`` with the engine's own error line (the job's record: the engine did not start); *lossless*
 whether every SD point compared with the no-SD point of the same request and batch size gave the identical
 output (identical/compared); *counters* whether every successful point's SD counters were consistent
-(:func:`specrepro.engine.counters.counter_problems`: none recorded) and, for a method with a k = 20
+(:func:`specrepro.jobspec.counters.counter_problems`: none recorded) and, for a method with a k = 20
 acceptance trace, whether its trace engine's counts equalled vLLM's counters (the trace job's check file);
 points ok/all; seconds of the bench job (load, warm-up and points, from its record). Methods of the paper's
 grid the run cannot run (GPU-only) are one row each.
@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..engine.trees import tree_study
+from ..jobspec.trees import tree_study
 from . import FigureSpec, TraceContext
-from ..engine.metrics import config_label_text, load_points, lossless_detail
-from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import grouped_rows, tex_breakable, tex_escape
+from ..engine.results.metrics import config_label_text, load_points, lossless_detail
+from ..core.io import SpecReproError, read_json, write_csv, write_text
+from ..core.latex import grouped_rows, tex_breakable, tex_escape
 
 SPEC = FigureSpec(
     name="tab_engine_exercise",

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.metrics import config_label_text, config_order, load_points
-from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import grouped_rows, tex_escape
+from ..engine.results.metrics import config_label_text, config_order, load_points
+from ..core.io import SpecReproError, read_json, write_csv, write_text
+from ..core.latex import grouped_rows, tex_escape
 
 SPEC = FigureSpec(
     name="tab_runtime",

@@ -71,7 +71,7 @@ def add_cli(sub, argv: Sequence[str] = ()) -> None:
 
 def _runner(mod):
     def run(a):
-        from ..io import read_json
+        from ..core.io import read_json
         from . import trace_context
 
         ctx = trace_context(read_json(a.run_config), a.subject)

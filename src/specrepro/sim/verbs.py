@@ -37,14 +37,14 @@ def _simulate(sub) -> None:
     p.add_argument("--output", "-o", required=True, help="summary CSV: one row per proposer x policy x batch size")
 
     def run(a):
-        from ..costmodel import load_cost_model
-        from ..io import write_csv
-        from ..simulator import simulate_trace_file
+        from ..core.costmodel import load_cost_model
+        from ..core.io import write_csv
+        from .simulator import simulate_trace_file
 
         cost = load_cost_model(a.cost_model)
         schedules = None
         if a.schedule:
-            from ..engine.schedule import schedules_for
+            from ..jobspec.schedule import schedules_for
 
             schedules = schedules_for(a.schedule, a.dataset, a.schedule_mode)
         result = simulate_trace_file(
@@ -76,9 +76,9 @@ def _sim_metrics(sub) -> None:
     def run(a):
         import pandas as pd
 
-        from ..bleu import bucket_metrics
-        from ..io import read_json, write_json
-        from ..simulator import PAPER_DRAW, metrics_from_summaries
+        from ..core.bleu import bucket_metrics
+        from ..core.io import read_json, write_json
+        from .simulator import PAPER_DRAW, metrics_from_summaries
 
         def read(paths):
             return [pd.read_csv(f) for f in paths]
