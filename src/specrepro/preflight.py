@@ -14,6 +14,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from .jobspec.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
 
 #: vLLM needs room beyond the weights (activations, CUDA graphs, some KV cache): weights may use at
 #: most this share of the memory vLLM may take (gpu_memory_utilization x GPU memory)
@@ -124,8 +125,6 @@ def problems(
     ``images``: name -> :class:`specrepro.jobspec.images.Definition` of every image the run's jobs use
     (default: read from containers/); ``missing_images``: those still to be built.
     """
-    from .jobspec.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
-
     out: list[str] = []
     if images is None:
         images = {name: image_definition(name) for name in used_images(config)}

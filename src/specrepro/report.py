@@ -27,7 +27,9 @@ from .figures.engine_exercise import methods_not_run
 from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
 from .core.io import SpecReproError, atomic_path, read_json, write_text
 from .core.latex import tex_breakable, tex_escape
-from .core.layout import MIN_REQUESTS, PER_REQUEST
+from .core.layout import MIN_PAGE_FILL, MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+from .core import provenance as prov
+from .engine.models.families import STANDINS
 
 
 #: what the figures of a subject speak for: the paper's claims (released traces, the simulator, a GPU run's
@@ -360,8 +362,6 @@ def figure_summaries(claims: pd.DataFrame, items: Sequence[Item] = ()) -> list[d
 def standin_rows(run_config: dict) -> list[dict]:
     """One row per experiment that stands in for a paper experiment: which one, and which Hugging Face
     models its target and drafters are shaped like (their build kinds)."""
-    from .engine.models.families import STANDINS
-
     def shaped(source: dict | None) -> str:
         kind = ((source or {}).get("build") or {}).get("kind")
         return STANDINS[kind].shaped_like if kind in STANDINS else (kind or "")
@@ -457,8 +457,6 @@ def build_report(
     pdf_out: str | Path,
     repo: str | Path,
 ) -> None:
-    from .core import provenance as prov
-
     run_config = read_json(run_config_path)
     tex_out = Path(tex_out)
     tex_out.parent.mkdir(parents=True, exist_ok=True)
@@ -471,8 +469,6 @@ def build_report(
     try:
         problems = layout_problems(tex_out)
     except ImportError:  # pypdf (the test extra) reads the pages; without it the log's check alone
-        from .core.layout import overfull_boxes
-
         problems = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in
                     overfull_boxes(tex_out.with_suffix(".log").read_text(errors="replace"))]
     for line in problems:
@@ -489,8 +485,6 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
     """(body pages: those before the appendices, all pages) of a compiled report."""
     from pypdf import PdfReader
 
-    from .core.layout import label_page
-
     tex = Path(tex)
     start = label_page(tex.with_suffix(".aux").read_text(errors="replace"), "appendix")
     return (start - 1 if start else None), len(PdfReader(str(tex.with_suffix(".pdf"))).pages)
@@ -499,8 +493,6 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
 def layout_problems(tex: str | Path) -> list[str]:
     """What a reader would see as wrong in a compiled report: lines or tables wider than the text
     (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, a body longer than MAX_BODY_PAGES."""
-    from .core.layout import MIN_PAGE_FILL, overfull_boxes, sparse_pages
-
     tex = Path(tex)
     out = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in overfull_boxes(tex.with_suffix(".log").read_text(errors="replace"))]
     out += [f"page {p.page} is {100 * p.fill:.0f} % filled (< {100 * MIN_PAGE_FILL:.0f} %) and has no figure"

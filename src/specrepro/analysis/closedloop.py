@@ -39,7 +39,7 @@ from ..core.errors import SpecReproError
 from ..sim.simulator import SimSpec, simulate
 from ..core.traces import TraceRecord
 from ..core.uncertainty import bootstrap_ratio_ci
-from .enginesim import workload
+from .enginesim import fitted_drafters, workload
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 
 #: the key a simulated and a measured speedup must share
@@ -90,8 +90,6 @@ def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int,
 def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]], methods: Sequence[str],
                      cost_model: str, *, ngram_match: float, seed: int) -> pd.DataFrame:
     """The simulator at each measured row's key, on that row's requests."""
-    from .enginesim import fitted_drafters
-
     lookup = LOOKUP if LOOKUP in methods else None
     fitted = fitted_drafters(cost_model)
     rows = []

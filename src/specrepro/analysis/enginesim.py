@@ -38,11 +38,13 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from ..core.costmodel import load_cost_model
+from ..core.costmodel import load_cost_model, resolve
 from ..core.errors import SpecReproError
-from ..sim.simulator import SUMMARY_COLUMNS, SimSpec, Workload, simulate
+from ..sim.simulator import SUMMARY_COLUMNS, SimSpec, Workload, metrics_from_summaries, simulate
 from ..core.traces import TraceRecord
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
+from ..core.uncertainty import Interval, interval_metrics
+from .today import choose_schedule
 
 PAPER_FIXED = (1, 3, 5)
 DEFAULT_K_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
@@ -117,8 +119,6 @@ def simulate_experiment(exp: str, traces: Mapping[str, Sequence[TraceRecord]], m
                         k_candidates: Sequence[int] = DEFAULT_K_CANDIDATES,
                         adaptive: bool = True, schedules: bool = True) -> tuple[pd.DataFrame, dict]:
     """Every proposer x policy of the module docstring on every dataset; returns (summary, schedule document)."""
-    from .today import choose_schedule
-
     lookup = LOOKUP if LOOKUP in methods else None
     fitted = fitted_drafters(cost_model)
     left_out = {m: "no drafting coefficients in the cost model (its profiled pass recorded no drafter step)"
@@ -182,8 +182,6 @@ def fitted_drafters(cost_model: str) -> set[str]:
     """The drafters a cost-model file has coefficients for (``drafters`` section; a file without one: ``eagle``)."""
     import yaml
 
-    from ..core.costmodel import resolve
-
     doc = yaml.safe_load(resolve(cost_model).read_text(encoding="utf-8")) or {}
     return set(doc["drafters"]) if isinstance(doc.get("drafters"), dict) else {"eagle"}
 
@@ -206,9 +204,6 @@ def metrics(traceset: str, summary: pd.DataFrame) -> dict[str, float]:
     """``sim.<trace set>.<dataset>.<proposer>.<policy>.b<B>`` of every row (with intervals), plus per proposer
     ``best-fixed`` (the best of k = 1, 3, 5, with that row's interval) and ``oracle-over-best-fixed``, and per
     dataset ``best-single.oracle`` (the best single-method oracle, with its row's interval)."""
-    from ..sim.simulator import metrics_from_summaries
-    from ..core.uncertainty import Interval, interval_metrics
-
     out = metrics_from_summaries(traceset, [summary.drop(columns=["exp"], errors="ignore")])
     for r in best_fixed(summary).itertuples(index=False):
         key = f"sim.{traceset}.{r.dataset}.{r.proposer}.best-fixed.b{int(r.batch_size)}"

@@ -69,9 +69,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .claims import NOT_REPRODUCED, REPRODUCED, Claim, decisive_half_width, status_from_interval
+from .claims import NOT_REPRODUCED, REPRODUCED, Claim, decisive_half_width, load_claims, status_from_interval
 from ..core.errors import SpecReproError
 from ..engine.run.breakdown import load_breakdown
+from ..config import check_config, validate_schema
+from ..core.costmodel import load_cost_model
+from ..core.io import read_json, sha256_file, write_csv
+from ..core.traces import read_trace
+from ..core.uncertainty import bootstrap_function_ci, bootstrap_ratio_ci
+from ..engine.results.metrics import load_points
+from ..jobspec import experiment_configs, profiled_datasets, profiled_requests
+from ..jobspec.jobs import trace_datasets, trace_methods
+from ..sim.simulator import (
+    NGRAM_MATCH_PROB, PAPER_DRAW, PAPER_POLICIES, PROPOSERS, SimSpec, Workload, decode_steps, draw_requests, request_traces, simulate,
+)
 
 #: two-sided 95 % normal quantile (the level of every interval of the artifact)
 Z = NormalDist().inv_cdf(0.975)
@@ -260,8 +271,6 @@ def _exp_map(cfg: Mapping[str, Any]) -> dict[str, dict]:
 
 def job_points(cfg: Mapping[str, Any], q: Quantity) -> bool:
     """Whether the config's engine jobs measure quantity ``q`` (its configuration, dataset and batch sizes)."""
-    from ..jobspec import experiment_configs, profiled_datasets
-
     exp = _exp_map(cfg).get(q.exp)
     if exp is None:
         return False
@@ -286,8 +295,6 @@ def job_points(cfg: Mapping[str, Any], q: Quantity) -> bool:
 def requests_in(cfg: Mapping[str, Any], q: Quantity) -> int:
     """Requests the config runs for quantity ``q``: the experiment's (or profiling's) ``num_requests``, at most the
     dataset's ``num_samples`` (as ``specrepro plan`` and the bench job count them)."""
-    from ..jobspec import profiled_requests
-
     ds = cfg["datasets"][q.dataset]
     if q.job == "profile":
         n = profiled_requests(_exp_map(cfg)[q.exp], cfg.get("profiling") or {})
@@ -332,16 +339,11 @@ class TraceProxy:
         return alt if alt in self.files else None
 
     def workload(self, dataset: str):
-        from ..sim.simulator import Workload
-        from ..core.traces import read_trace
-
         if dataset not in self._workloads:
             self._workloads[dataset] = Workload.from_records(read_trace(self.files[dataset], aligned=()), dataset)
         return self._workloads[dataset]
 
     def spec(self, dataset: str, proposer: str, policy: str):
-        from ..sim.simulator import SimSpec
-
         p = float(self.match_prob.get(dataset, 1.0)) if proposer == "ngram" and policy.startswith("fixed-") else 1.0
         return SimSpec(proposer, policy, ngram_match_prob=p, num_requests=self.num_requests, seed=self.seed)
 
@@ -352,8 +354,6 @@ class TraceProxy:
         ``base_over_s``)."""
         key = (dataset, proposer, policy, int(batch_size))
         if key not in self._cache:
-            from ..sim.simulator import simulate
-
             wl = self.workload(dataset)
             spec = self.spec(dataset, proposer, policy)
             res = simulate(wl, spec, [int(batch_size)], self.cost)
@@ -369,8 +369,6 @@ def phase_seconds(workload, spec, batch_size: int, cost) -> pd.DataFrame:
     verification (target forwards, prefill included), drafting, overhead; with SD (``ver_s``, ``draft_s``,
     ``over_s``) and without (``base_ver_s``, ``base_over_s``). n-gram steps that may find no match are charged
     their expected drafting (the match probability), not a random draw."""
-    from ..sim.simulator import decode_steps, draw_requests, request_traces
-
     idx, _ = draw_requests(workload, spec)
     acc, ng, ea = request_traces(workload, spec.proposer, idx)
     P = workload.prompt_len[idx].astype(float)
@@ -412,8 +410,6 @@ class Pilot:
     @classmethod
     def load(cls, paths: Sequence[str | Path]) -> Pilot:
         """``*.parquet``: bench tables; ``*.csv``: profile breakdown tables; anything else is an error."""
-        from ..engine.results.metrics import load_points
-
         pq = [str(p) for p in paths if str(p).endswith(".parquet")]
         csv = [str(p) for p in paths if str(p).endswith(".csv")]
         other = [str(p) for p in paths if str(p) not in pq + csv]
@@ -723,8 +719,6 @@ def proxy_text(q: Quantity, sp: Spread, cfg: Mapping[str, Any]) -> str:
 def _tree_row(row: dict, key: str, cfg: Mapping[str, Any]) -> dict:
     """A Fig. 2 claim (``tree.<exp>.<dataset>.<config>.<quantity>.b<B>``): measured where the config runs that tree
     job on that dataset and batch size; never sized (no released trace has tree verification)."""
-    from ..jobspec import experiment_configs
-
     exps = _exp_map(cfg)
     rest = key[len("tree."):]
     exp = next((e for e in sorted(exps, key=len, reverse=True) if rest.startswith(e + ".")), None)
@@ -746,8 +740,6 @@ def _engine_sim_row(row: dict, keys: Sequence[str], cfg: Mapping[str, Any]) -> d
     Figs. 10/12 per model): measured where the experiment traces that proposer's methods (Oracle Combine and the best
     single oracle: n-gram and a drafter) on the dataset and runs the batch size; never sized (a simulated value has no
     per-request spread of its own in this rule). Its jobs are the trace and profile jobs the plan already bills."""
-    from ..jobspec.jobs import trace_datasets, trace_methods
-
     exps = _exp_map(cfg)
     for key in [k for k in keys if k]:
         rest = key[len("sim.engine-"):]
@@ -772,8 +764,6 @@ def _engine_sim_row(row: dict, keys: Sequence[str], cfg: Mapping[str, Any]) -> d
 def _engine_trace_row(row: dict, key: str, cfg: Mapping[str, Any]) -> dict:
     """A claim on an engine acceptance trace (``traces.engine-<exp>.<dataset>.<method>.<statistic>``): measured
     where the experiment computes that method's traces on the dataset; a quantile over requests is not sized."""
-    from ..jobspec.jobs import trace_datasets, trace_methods
-
     rest = key[len("traces.engine-"):]
     exp = next((e for e in sorted(_exp_map(cfg), key=len, reverse=True) if rest.startswith(e + ".")), None)
     if exp is not None:
@@ -820,8 +810,6 @@ def requests_table(sizing: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame
 
 
 def _any_profiled(cfg: Mapping[str, Any]) -> bool:
-    from ..jobspec import experiment_configs, profiled_datasets
-
     prof = cfg.get("profiling") or {}
     return any(profiled_datasets(e, j, prof) for e in cfg.get("experiments", []) or []
                for j in experiment_configs(e).values()) and bool(prof.get("batch_sizes"))
@@ -915,8 +903,6 @@ def _value(arrays, stat: str) -> float:
 
 
 def _interval(arrays, stat: str):
-    from ..core.uncertainty import bootstrap_function_ci, bootstrap_ratio_ci
-
     if stat == "ratio":
         return bootstrap_ratio_ci(arrays[0], arrays[1])
     return bootstrap_function_ci(list(arrays), drop_pct)
@@ -978,8 +964,6 @@ def subsample_study(q: StudyQuantity, n: int, replications: int, seed: int, clai
 def parse_sim_key(key: str, traceset: str) -> tuple[str, str, str, int] | None:
     """(dataset, proposer, policy, B) of a paper-mode simulator key ``sim.<trace set>.<dataset>.<proposer>.<policy>.b<B>``;
     None for other keys (variants carry a suffix on the policy)."""
-    from ..sim.simulator import PAPER_POLICIES, PROPOSERS
-
     pre = f"sim.{traceset}."
     if not key or not key.startswith(pre):
         return None
@@ -1127,9 +1111,6 @@ FULL_CONFIG = REPO / "config" / "paper.yaml"
 def load_config(path: str | Path) -> dict:
     """A run config: the resolved JSON the workflow writes (``results/run_config.json``), or a config YAML checked
     and completed as the workflow does (schema defaults, cross-reference checks)."""
-    from ..config import check_config, validate_schema
-    from ..core.io import read_json
-
     path = Path(path)
     if path.suffix == ".json":
         return read_json(path)
@@ -1153,8 +1134,6 @@ def released_trace_files(cfg: Mapping[str, Any], given: Sequence[str | Path] = (
     else in ``<root>/resources/traces/<trace set>/`` (the workflow's verified copies); a folder may hold
     ``<dataset>.jsonl`` or the released name (``combined_<dataset>.jsonl``). Empty where none is found.
     """
-    from ..core.io import sha256_file
-
     rt = cfg.get("released_traces") or {}
     files = rt.get("files") or {}
     pattern = rt.get("filename", "combined_{dataset}.jsonl")
@@ -1189,8 +1168,6 @@ def trace_proxy(cfg: Mapping[str, Any], files: Mapping[str, Path]) -> TraceProxy
     """The :class:`TraceProxy` of a config's released traces, simulator cost model and match probabilities."""
     if not files:
         return None
-    from ..core.costmodel import load_cost_model
-    from ..sim.simulator import NGRAM_MATCH_PROB, PAPER_DRAW
 
     sim = cfg.get("simulator") or {}
     name = sim.get("cost_model", "llama3.1-8b-h100")
@@ -1327,9 +1304,6 @@ def add_cli(sub) -> None:
 
 
 def _run_study(a) -> None:
-    from .claims import load_claims
-    from ..core.io import write_csv
-
     if a.replications < 10:
         raise SpecReproError(f"--replications must be at least 10, got {a.replications}")
     cfg = load_config(a.run_config)

@@ -19,6 +19,8 @@ from ..jobspec.jobs import engine_jobs
 from ..engine.results.metrics import config_label_text
 from ..core.io import SpecReproError, read_json, write_csv, write_text
 from ..core.latex import grouped_rows, tex_breakable, tex_escape
+from ..config import GPU_ONLY_METHODS, load_paper_config
+from ..jobspec.args import experiment_configs
 
 SPEC = FigureSpec(
     name="tab_engine_jobs",
@@ -147,12 +149,9 @@ def _notes(t: pd.DataFrame, run_config: dict) -> list[str]:
                            for v, g in s.groupby("scheduling"))
             kinds.append(f"{label}: {by}")
         out.append(r"\noindent Scheduling (async: two batches in flight): " + tex_escape("; ".join(kinds)) + ".")
-    from ..config import GPU_ONLY_METHODS, load_paper_config
 
     standins = [e for e in run_config.get("experiments", []) if e.get("gpu_only")]
     if standins:
-        from ..jobspec.args import experiment_configs
-
         paper = {e["name"]: e for e in load_paper_config().get("experiments", [])}
         for e in standins:
             ref = experiment_configs(paper.get(e["stands_in_for"], {"methods": []}))

@@ -25,13 +25,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from . import FigureSpec, TraceContext
-from . import style
+from . import FigureSpec, TraceContext, style
 from ..engine.results.metrics import load_points
-from ..core.uncertainty import Interval, interval_metrics
+from ..core.uncertainty import Interval, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci, interval_metrics
 from ..jobspec.trees import TreeShape, sglang_spec_args, vllm_levels
 from ..core.io import SpecReproError, write_csv, write_json
-from ..core.uncertainty import bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from ..jobspec.args import config_label
+from ..analysis.claims import load_claims
 
 #: what vLLM's tree path is (both captions of Fig. 2 say it; read in vLLM 0.10.1.1's and 0.11.1's source)
 VLLM_TREE_CAVEAT = (
@@ -122,8 +122,6 @@ def _experiments(ctx: TraceContext) -> dict:
 
 def _trees(exp: dict) -> dict:
     """config label -> the method entry's tree (None for a chain), from the experiment's methods."""
-    from ..jobspec.args import config_label
-
     return {config_label(m["method"], k, m.get("tree")): m.get("tree") for m in exp["methods"] for k in m.get("k") or [None]}
 
 
@@ -221,7 +219,6 @@ def rows_of(ctx: TraceContext) -> list[tuple[str, str, list[str]]]:
 def _paper(claims: str | None, kind: str) -> dict[str, float]:
     if not claims or kind != "gpu":
         return {}
-    from ..analysis.claims import load_claims
 
     return {c.measured_by: c.value for c in load_claims(claims) if c.measured_by and c.measured_by.startswith("tree.")}
 

@@ -45,6 +45,7 @@ from ..engine.results.metrics import load_points, pooled_acceptance
 from ..core.io import SpecReproError, read_json, write_csv, write_json, write_text
 from ..core.latex import tex_escape
 from ..core.uncertainty import Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from ..analysis.enginesim import best_fixed
 
 SPEC = FigureSpec(
     name="tab_trends",
@@ -280,8 +281,6 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
 
 def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]:
     """Figs. 10 and 12's findings on the experiment's own traces (module docstring, item 5)."""
-    from ..analysis.enginesim import best_fixed
-
     single = summary[~summary["proposer"].str.contains(r"\+") & (summary["proposer"] != "combined")]
     bf = best_fixed(single)
     out = []

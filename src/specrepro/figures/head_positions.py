@@ -21,6 +21,10 @@ from . import FigureSpec, TraceContext
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import tex_escape
 from ._data import load_concat
+from ..jobspec.args import experiment_configs
+from ..jobspec.images import EXTENDS_DRAFT_POSITIONS, image_vllm_version, job_image
+from ..jobspec.jobs import engine_settings
+from ..jobspec.trees import experiment_engine
 
 SPEC = FigureSpec(
     name="tab_head_positions",
@@ -82,11 +86,6 @@ def dataset_rows(requests: pd.DataFrame, positions: pd.DataFrame, limit: int, pr
 def engine_rows(cfg: dict) -> pd.DataFrame:
     """Every vLLM engine configuration of ``cfg`` that runs an EAGLE head with a known ``max_position_embeddings``:
     its engine, the head's M, the experiment's max_model_len and the handling past M."""
-    from ..jobspec.args import experiment_configs
-    from ..jobspec.images import EXTENDS_DRAFT_POSITIONS, image_vllm_version, job_image
-    from ..jobspec.jobs import engine_settings
-    from ..jobspec.trees import experiment_engine
-
     rows = []
     for exp in cfg.get("experiments", []) or []:
         if experiment_engine(exp) != "vllm":

@@ -9,6 +9,7 @@ from ..core.io import read_json, write_csv, write_text
 from ..core.latex import tex_escape
 from ..analysis.today import METHODS, ORACLE, gap_table, statements
 from ._sim import load_summaries
+from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
 
 SPEC = FigureSpec(
     name="tab_today",
@@ -117,8 +118,6 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
 
 def measured_latex(points, ctx: TraceContext) -> str:
     """Measured speedups over no SD (mean throughput over requests) of every configuration, per experiment."""
-    from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
-
     p = load_points(points)
     t = speedup_points(p)
     t = t[t["config"] != "none"]

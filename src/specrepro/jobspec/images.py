@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 from ..core.errors import SpecReproError
 from .trees import experiment_engine
+from .args import config_label
 
 REPO = Path(__file__).resolve().parents[3]
 CONTAINERS = REPO / "containers"
@@ -305,8 +306,6 @@ def engine_table(cfg: Mapping[str, Any], containers: str | Path | None = None) -
     """One row per (experiment, method entry, k): image, its engine and version, the paper's engine, the deviation.
 
     ``vllm_version`` is the image's vLLM (None for the SGLang image and on CPU runs)."""
-    from .args import config_label
-
     rows = []
     for exp in cfg.get("experiments", []) or []:
         for m in exp.get("methods", []):

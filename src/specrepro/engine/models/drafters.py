@@ -43,6 +43,11 @@ import numpy as np
 import pandas as pd
 
 from ...core.io import SpecReproError, atomic_path, dumps_json, read_json, read_parquet, write_json, write_parquet
+from ...core.engines import import_vllm
+from ...core.hub import manifest
+from ...core.prompts import chat_tokenizer
+from ...core.traces import simulate_steps
+from .oracle import _draft_model_acc, _EagleHead, _Model, _rope, acc_from_drafts
 
 KINDS = ("eagle", "draft_model")
 EVAL_K = 3
@@ -93,9 +98,6 @@ def _engine_env(env: Mapping[str, str]) -> None:
 def generate_train_data(target_dir: str, prompts: Sequence[Mapping[str, str]], *, max_tokens: int, engine: Mapping[str, Any],
                         heldout: float, seed: int) -> tuple[pd.DataFrame, float]:
     """The target's greedy outputs on every prompt (chat template on), and the wall time of generating them."""
-    from ...core.prompts import chat_tokenizer
-    from ...core.engines import import_vllm
-
     _engine_env(engine.get("env") or {})
     encode = chat_tokenizer(target_dir, thinking=False)
     ids = [encode(r["prompt"]) for r in prompts]
@@ -136,8 +138,6 @@ def _torch_modules():
     import torch
     import torch.nn.functional as F
     from torch import nn
-
-    from .oracle import _rope
 
     class _Holder(nn.Module):
         pass
@@ -597,9 +597,6 @@ def heldout_acceptance(kind: str, drafter_dir: Path, target_dir: str, df: pd.Dat
     that walk (the unit of an interval over requests)."""
     import torch
 
-    from .oracle import _draft_model_acc, _EagleHead, _Model, acc_from_drafts
-    from ...core.traces import simulate_steps
-
     rows = [i for i, s in enumerate(df["split"]) if s == "heldout"]
     accs, steps, per_request = [], [], []
     with torch.inference_mode():
@@ -676,8 +673,6 @@ def run_train(a: argparse.Namespace) -> None:
     import sys
 
     import torch
-
-    from ...core.hub import manifest
 
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -50,6 +50,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ...core.errors import SpecReproError
+from ...core.ngram import NgramParams, ngram_acc_lens
+from ...core.traces import TraceRecord
 
 METHODS = ("ngram", "draft_model", "eagle", "eagle3")
 
@@ -382,9 +384,6 @@ def oracle_traces(requests: Iterable[Mapping], method: str, *, target_dir: str |
     reqs = _check_requests(requests)
     accs: list[np.ndarray] = []
     if method == "ngram":
-        from ...core.ngram import NgramParams, ngram_acc_lens
-        from ...core.traces import TraceRecord
-
         recs = [TraceRecord(r["id"], np.asarray(r["prompt_token_ids"], np.int64),
                             np.asarray(r["generated_token_ids"], np.int64)) for r in reqs]
         accs = ngram_acc_lens(recs, NgramParams(ngram[0], ngram[1], k)) if recs else []

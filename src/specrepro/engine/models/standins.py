@@ -40,7 +40,7 @@ import numpy as np
 
 from ...core.io import SpecReproError, atomic_dir, dumps_json, write_json
 
-from .families import EMBED_STD, INIT_STD, SIZE_KEYS, STANDINS, build_standin, random_weights
+from .families import EMBED_STD, INIT_STD, SIZE_KEYS, STANDINS, _sizes as standin_sizes, build_standin, random_weights
 
 #: the generic tiny kinds (tests, the self-draft check) and the stand-ins shaped like the paper's models
 KINDS = ("tiny-llama", "tiny-eagle", "tiny-eagle3", "copy-of-target") + tuple(STANDINS)
@@ -431,8 +431,6 @@ def _parse_sizes(items: Sequence[str], kind: str = "tiny-llama") -> dict[str, in
             raise SpecReproError(f"--size {item!r}: expected key=value")
         out[key.strip()] = value.strip()
     if kind in STANDINS:
-        from .families import _sizes as standin_sizes
-
         standin_sizes(STANDINS[kind], out)
     else:
         _sizes(out, 1)  # validates names and values

@@ -62,6 +62,8 @@ import pandas as pd
 import yaml
 
 from ...core.errors import SpecReproError
+from ...core.costmodel import COEFFICIENTS
+from ...core.io import atomic_path, read_parquet
 
 TIMING_COLUMNS = ("role", "kv_tokens", "batched_tokens", "seconds")
 ROLE_COEFS = {
@@ -210,7 +212,6 @@ def fit_cost_model(timings: pd.DataFrame, base=None) -> CostFit:
             n_over = int(len(o))
     if not fits:
         raise SpecReproError("no target, drafter or ngram rows to fit")
-    from ...core.costmodel import COEFFICIENTS
 
     not_fitted = []
     for section, key in COEFFICIENTS:
@@ -257,8 +258,6 @@ def plot_residuals(fit: CostFit, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ...core.io import atomic_path
-
     roles = list(fit.roles)
     fig, axes = plt.subplots(1, len(roles), figsize=(4.2 * len(roles), 3.2), squeeze=False)
     for ax, role in zip(axes[0], roles):
@@ -276,8 +275,6 @@ def plot_residuals(fit: CostFit, path) -> None:
 
 
 def read_timings(paths: Sequence[str]) -> pd.DataFrame:
-    from ...core.io import read_parquet
-
     frames = []
     for p in paths:
         if str(p).endswith(".csv"):

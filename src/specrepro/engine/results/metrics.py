@@ -40,6 +40,7 @@ from ...core.io import SpecReproError, read_parquet
 from ...core.uncertainty import (
     Interval, bootstrap_ci, bootstrap_function_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci, interval_metrics,
 )
+from ...core.bleu import bleu4, bucket_of
 
 #: method display order (figures, tables)
 METHOD_ORDER = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
@@ -442,8 +443,6 @@ def request_bleu(points: pd.DataFrame, prompts: pd.DataFrame) -> pd.DataFrame:
     The output is the no-SD run's at the smallest batch size (every SD output equals it when lossless),
     the hypothesis; the prompt token ids are the reference, as in the simulator's Fig. 9.
     """
-    from ...core.bleu import bleu4
-
     ok = points[points["status"] == "ok"]
     base = ok[ok["method"] == "none"].sort_values("batch_size").drop_duplicates(["exp", "dataset", "request_index"])
     pr = prompts.set_index(["exp", "dataset", "request_index"])["prompt_token_ids"]
@@ -465,8 +464,6 @@ def bleu_relative_table(bleu: pd.DataFrame, edges) -> pd.DataFrame:
     (the interval of rel_pct, paired over the bucket's requests). EAGLE = ``eagle-k3`` (else ``eagle3-k3``) of
     the same experiment; a bucket without requests has no row.
     """
-    from ...core.bleu import bucket_of
-
     cols = ["exp", "dataset", "config", "reference", "batch_size", "bucket", "lo", "hi", "requests", "rel_pct",
             "ci_low", "ci_high"]
     rows = []

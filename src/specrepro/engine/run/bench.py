@@ -27,6 +27,7 @@ from .llm import open_llm, vllm_reported_memory
 from ...jobspec.schedule import schedule_k
 from .progress import Progress
 from ...jobspec.counters import counter_delta, counter_problems, read_counters
+from ...core.provenance import cpu_model
 
 KEY = ("dataset", "request_index", "batch_size")
 
@@ -39,7 +40,6 @@ def device_name() -> str:
             return f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
     except Exception:  # noqa: BLE001 - no torch, no device
         pass
-    from ...core.provenance import cpu_model
 
     return f"CPU: {cpu_model()}"
 

@@ -24,9 +24,10 @@ from ...core.errors import SpecReproError
 from ...jobspec.args import BenchSpec, error_line, sampling_kwargs, sweep_sampling_kwargs
 from .llm import apply_engine_env, open_llm
 from .bench import _warmup, batch_prompts, plan_points
-from .breakdown import step_table
+from .breakdown import phase_breakdown, step_problems, step_table
 from ...jobspec.counters import counter_delta, read_counters
 from .progress import Progress
+from .instrument import StepLog, job_env, rpc_status
 
 #: what a missing plugin looks like and how to fix it
 NOT_LOADED = (
@@ -162,8 +163,6 @@ def open_instrumented_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | No
                           log=None, record: dict | None = None):
     """``(llm, steplog)``: the configuration's ``LLM`` (:func:`open_llm`: its keywords go to ``log`` and
     ``record``) with the plugin on (``flags``), checked in every worker."""
-    from .instrument import StepLog, job_env, rpc_status
-
     record_dir = record_dir or tempfile.mkdtemp(prefix="specrepro-steps-")
     # before the first LLM(): vLLM loads its plugins (and spawns workers, which inherit this) while building it
     os.environ.update(job_env(flags, record_dir))
@@ -190,7 +189,6 @@ def run_profile(
     three tables are empty and ``error`` holds vLLM's error line), ``llm_kwargs``, ``points``, ``elapsed_s``.
     """
     apply_engine_env(spec)  # before vLLM (and torch) load
-    from .breakdown import phase_breakdown, step_problems, step_table
 
     t_job = time.perf_counter()
     record = {} if record is None else record

@@ -35,7 +35,11 @@ import numpy as np
 
 from ...core.errors import SpecReproError
 from ...core.traces import simulate_steps  # noqa: F401 - re-exported
-from ...jobspec.args import CHECK_TOKENS, TRACE_K
+from ...jobspec.args import CHECK_TOKENS, TRACE_K, trace_sampling_kwargs
+from ...jobspec.counters import counter_delta, read_counters
+from .instrument import rpc_set_flags
+from .llm import apply_engine_env
+from .profile import NOT_LOADED, open_instrumented_llm
 
 #: requests and output tokens of the record-only check against vLLM's counters
 CHECK_REQUESTS = 2
@@ -204,15 +208,8 @@ def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir:
     ``greedy``: optional table (dataset, request_id, output_token_ids) of no-SD greedy outputs to compare
     with. Returns (released-format records with a ``dataset`` field, the check summary).
     """
-    from ...jobspec.args import trace_sampling_kwargs
-    from .llm import apply_engine_env
-
     apply_engine_env(spec)  # before vLLM (and torch) load: OMP_NUM_THREADS counts only then
     from vllm import SamplingParams, TokensPrompt
-
-    from ...jobspec.counters import counter_delta, read_counters
-    from .instrument import rpc_set_flags
-    from .profile import NOT_LOADED, open_instrumented_llm
 
     import time
 
@@ -282,8 +279,6 @@ def run_traces(spec, prompts: Mapping[str, Any], *, model_dir: str, drafter_dir:
 def _counter_check(llm, steplog, spec, prompts, rpc_set_flags, log) -> dict:
     """Record-only run of a few requests: the plugin's counts against vLLM's counters (exact)."""
     from vllm import SamplingParams, TokensPrompt
-
-    from ...jobspec.counters import counter_delta, read_counters
 
     families = llm.collective_rpc(rpc_set_flags, args=("accept",))
     ds = next(iter(spec.datasets))
