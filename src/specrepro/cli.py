@@ -88,7 +88,7 @@ VERBS = {
     'tree-args': ("Fig. 2's engine jobs (SGLang and vLLM trees) as engine-args prints them, one JSON line each",
                   'specrepro.engine.check.sourcecheck_sglang'),
     'sizing-study': ("check the sizing rule on the released traces: subsamples of the sized sizes, their intervals' coverage and decisions (CSV)",
-                     'specrepro.analysis.sizing'),
+                     'specrepro.analysis.sizing.verbs'),
     'suffix-trace': ('add acc_suffix (suffix decoding, recomputed from tokens) to a trace file',
                      'specrepro.core.suffix'),
     'k-schedule': ("k by batch size (vLLM's num_speculative_tokens_per_batch_size) from fixed-k simulations",
