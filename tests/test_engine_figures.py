@@ -10,9 +10,8 @@ import pytest
 
 from specrepro import cli
 from specrepro.engine.run.bench import POINT_COLUMNS
-from specrepro.engine.results.metrics import (
-    add_cli, engine_metrics, load_points, lossless_detail, speedup_points,
-)
+from specrepro.engine.results.metrics import engine_metrics, load_points, lossless_detail, speedup_points
+from specrepro.engine.results.verbs import add_cli
 from specrepro.figures import trace_context
 from specrepro.figures.engine_speedup import footnote
 from specrepro.core.io import SpecReproError, read_json, write_json, write_parquet

@@ -37,10 +37,12 @@ import pandas as pd
 from ..core.costmodel import load_cost_model
 from ..core.errors import SpecReproError
 from ..sim.simulator import SimSpec, simulate
-from ..core.traces import TraceRecord
+from ..core.traces import TraceRecord, read_trace
 from ..core.uncertainty import bootstrap_ratio_ci
 from .enginesim import fitted_drafters, workload
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
+from ..core.io import read_json, read_parquet, write_csv, write_json
+from ..engine.results.metrics import load_points
 
 #: the key a simulated and a measured speedup must share
 KEY = ["exp", "dataset", "method", "k", "batch_size"]
@@ -296,52 +298,29 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
 # --- CLI --------------------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    """``specrepro closed-loop``: simulated against measured speedups of one experiment."""
-    p = sub.add_parser("closed-loop", help="simulated against measured speedup of every benchmarked and traced configuration")
-    p.add_argument("--exp", required=True)
-    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables")
-    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
-    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
-    p.add_argument("--methods", nargs="+", required=True, help="the traced methods")
-    p.add_argument("--cost-model", required=True)
-    p.add_argument("--fit-report", help="the cost model's fit report (diagnostics)")
-    p.add_argument("--breakdowns", nargs="*", default=[], help="the profiled passes' breakdowns (the same points timed "
-                                                              "twice: diagnostics)")
-    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--run-kind", default="cpu")
-    p.add_argument("-o", "--output", required=True, help="one row per compared point (CSV)")
-    p.add_argument("--summary", required=True, help="the experiment's summary (JSON)")
+def run_closed_loop(a) -> None:
+    """The body of ``specrepro closed-loop``."""
+    from pathlib import Path
 
-    def run(a):
-        from pathlib import Path
-
-        from ..core.io import read_json, read_parquet, write_csv, write_json
-        from ..core.traces import read_trace
-        from ..engine.results.metrics import load_points
-
-        points = load_points(a.points)
-        points = points[points["exp"] == a.exp]
-        ids = {}
-        for pth in a.prompts:
-            t = read_parquet(pth)
-            for ds, g in t.groupby("dataset"):
-                ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
-        traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
-        traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
-        match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
-        meas = measured_points(points, ids, traced, a.methods)
-        sim = simulated_points(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)
-        table = join(sim, meas)
-        fit = read_json(a.fit_report) if a.fit_report else None
-        summ = summarise(table)
-        frames = [pd.read_csv(b) for b in a.breakdowns if Path(b).stat().st_size > 0]
-        frames = [f for f in frames if len(f)]
-        bd = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
-        write_csv(a.output, table, float_format="%.6g")
-        write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
-                               "explanation": explanation(summ, diag, a.run_kind)})
-
-    p.set_defaults(func=run)
+    points = load_points(a.points)
+    points = points[points["exp"] == a.exp]
+    ids = {}
+    for pth in a.prompts:
+        t = read_parquet(pth)
+        for ds, g in t.groupby("dataset"):
+            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
+    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
+    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
+    meas = measured_points(points, ids, traced, a.methods)
+    sim = simulated_points(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)
+    table = join(sim, meas)
+    fit = read_json(a.fit_report) if a.fit_report else None
+    summ = summarise(table)
+    frames = [pd.read_csv(b) for b in a.breakdowns if Path(b).stat().st_size > 0]
+    frames = [f for f in frames if len(f)]
+    bd = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
+    write_csv(a.output, table, float_format="%.6g")
+    write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
+                           "explanation": explanation(summ, diag, a.run_kind)})

@@ -41,13 +41,14 @@ import pandas as pd
 from ..core.costmodel import load_cost_model, resolve
 from ..core.errors import SpecReproError
 from ..sim.simulator import SUMMARY_COLUMNS, SimSpec, Workload, metrics_from_summaries, simulate
-from ..core.traces import TraceRecord
+from ..core.traces import TraceRecord, read_trace
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..core.uncertainty import Interval, interval_metrics
+from ..sim.names import DEFAULT_K_CANDIDATES
 from .today import choose_schedule
+from ..core.io import read_json, write_csv, write_json
 
 PAPER_FIXED = (1, 3, 5)
-DEFAULT_K_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 COLUMNS = ["exp"] + SUMMARY_COLUMNS
 
 
@@ -224,41 +225,20 @@ def metrics(traceset: str, summary: pd.DataFrame) -> dict[str, float]:
 # --- CLI ----------------------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
-    p = sub.add_parser("engine-simulate", help="the upper-bound simulations on one experiment's own traces and cost model")
-    p.add_argument("--exp", required=True)
-    p.add_argument("--traceset", required=True, help="the trace set's name (engine-<exp>): metric keys")
-    p.add_argument("--traces", nargs="+", required=True, help="the trace set's files, one per dataset (<dataset>.jsonl)")
-    p.add_argument("--methods", nargs="+", required=True, help="the traced methods, in display order")
-    p.add_argument("--cost-model", required=True)
-    p.add_argument("--batch-sizes", nargs="+", type=int, required=True)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--k-candidates", nargs="+", type=int, default=list(DEFAULT_K_CANDIDATES))
-    p.add_argument("--ngram-trace", help="the n-gram trace job's own file (results/engine/<exp>/traces/ngram.jsonl)")
-    p.add_argument("--ngram-check", help="its check record (undrafted positions)")
-    p.add_argument("-o", "--output", required=True, help="summary CSV")
-    p.add_argument("--schedule", required=True, help="k-by-batch-size schedules (JSON)")
-    p.add_argument("--metrics", required=True, help="flat metrics (JSON)")
+def run_engine_simulate(a) -> None:
+    """The body of ``specrepro engine-simulate``."""
+    from pathlib import Path
 
-    def run(a):
-        from pathlib import Path
-
-        from ..core.io import read_json, write_csv, write_json
-        from ..core.traces import read_trace
-
-        traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
-        match = 1.0
-        if "ngram" in a.methods:
-            if not (a.ngram_trace and a.ngram_check):
-                raise SpecReproError("n-gram is traced: give --ngram-trace and --ngram-check (its match probability)")
-            match = ngram_match_from_trace(ngram_acc_lens(a.ngram_trace), int(read_json(a.ngram_check).get("undrafted", 0)))
-        summary, doc = simulate_experiment(a.exp, traces, a.methods, a.cost_model, a.batch_sizes, ngram_match=match,
-                                           seed=a.seed, k_candidates=a.k_candidates)
-        write_csv(a.output, summary, float_format="%.6g")
-        write_json(a.schedule, {**doc, "cost_model": a.cost_model})
-        write_json(a.metrics, metrics(a.traceset, summary))
-
-    p.set_defaults(func=run)
+    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
+    match = 1.0
+    if "ngram" in a.methods:
+        if not (a.ngram_trace and a.ngram_check):
+            raise SpecReproError("n-gram is traced: give --ngram-trace and --ngram-check (its match probability)")
+        match = ngram_match_from_trace(ngram_acc_lens(a.ngram_trace), int(read_json(a.ngram_check).get("undrafted", 0)))
+    summary, doc = simulate_experiment(a.exp, traces, a.methods, a.cost_model, a.batch_sizes, ngram_match=match,
+                                       seed=a.seed, k_candidates=a.k_candidates)
+    write_csv(a.output, summary, float_format="%.6g")
+    write_json(a.schedule, {**doc, "cost_model": a.cost_model})
+    write_json(a.metrics, metrics(a.traceset, summary))
 
 

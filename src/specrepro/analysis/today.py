@@ -37,6 +37,7 @@ import pandas as pd
 
 from ..core.errors import SpecReproError
 from ..jobspec.schedule import schedules_for  # noqa: F401 - re-exported
+from ..core.io import write_json
 
 #: the paper's fixed-k configurations: the baseline the gap is measured from
 PAPER_FIXED = tuple((p, f"fixed-{k}") for p in ("ngram", "eagle") for k in (1, 3, 5))
@@ -258,21 +259,11 @@ def _pct(x: float) -> str:
 # --- CLI -----------------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    p = sub.add_parser("k-schedule", help="k by batch size (vLLM's num_speculative_tokens_per_batch_size) from fixed-k simulations")
-    p.add_argument("--grids", nargs="+", required=True, help="simulator summaries with fixed-1..fixed-<k_max> (one per dataset)")
-    p.add_argument("--proposers", nargs="+", default=["ngram", "eagle", "suffix"])
-    p.add_argument("--cost-model", default="", help="recorded in the output")
-    p.add_argument("-o", "--output", required=True, help="schedules (JSON)")
-
-    def run(a):
-        from ..core.io import write_json
-
-        grid = pd.concat([pd.read_csv(f) for f in a.grids], ignore_index=True)
-        datasets = list(dict.fromkeys(grid["dataset"]))
-        write_json(a.output, schedule_doc(grid, a.proposers, datasets, a.cost_model))
-
-    p.set_defaults(func=run)
+def run_k_schedule(a) -> None:
+    """The body of ``specrepro k-schedule``."""
+    grid = pd.concat([pd.read_csv(f) for f in a.grids], ignore_index=True)
+    datasets = list(dict.fromkeys(grid["dataset"]))
+    write_json(a.output, schedule_doc(grid, a.proposers, datasets, a.cost_model))
 
 
 def schedule_json(schedule: Sequence[Sequence[int]]) -> str:

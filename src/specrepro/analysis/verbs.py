@@ -1,8 +1,11 @@
-"""The verbs of the claims table and the run's plan (``claims``, ``plan``): arguments here, the analyses in their bodies."""
+"""The verbs of the analyses (``claims``, ``plan``, ``k-schedule``, ``engine-simulate``, ``closed-loop``,
+``sizing-study``): arguments here, the analyses in their bodies."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from ..sim.names import DEFAULT_K_CANDIDATES
 
 
 def _claims(sub) -> None:
@@ -68,7 +71,97 @@ def _plan(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _add_k_schedule(sub) -> None:
+    p = sub.add_parser("k-schedule", help="k by batch size (vLLM's num_speculative_tokens_per_batch_size) from fixed-k simulations")
+    p.add_argument("--grids", nargs="+", required=True, help="simulator summaries with fixed-1..fixed-<k_max> (one per dataset)")
+    p.add_argument("--proposers", nargs="+", default=["ngram", "eagle", "suffix"])
+    p.add_argument("--cost-model", default="", help="recorded in the output")
+    p.add_argument("-o", "--output", required=True, help="schedules (JSON)")
+    p.set_defaults(func=_run_k_schedule)
+
+
+def _run_k_schedule(a) -> None:
+    from .today import run_k_schedule
+
+    run_k_schedule(a)
+
+
+def _add_closed_loop(sub) -> None:
+    """``specrepro closed-loop``: simulated against measured speedups of one experiment."""
+    p = sub.add_parser("closed-loop", help="simulated against measured speedup of every benchmarked and traced configuration")
+    p.add_argument("--exp", required=True)
+    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables")
+    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
+    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
+    p.add_argument("--methods", nargs="+", required=True, help="the traced methods")
+    p.add_argument("--cost-model", required=True)
+    p.add_argument("--fit-report", help="the cost model's fit report (diagnostics)")
+    p.add_argument("--breakdowns", nargs="*", default=[], help="the profiled passes' breakdowns (the same points timed "
+                                                              "twice: diagnostics)")
+    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--run-kind", default="cpu")
+    p.add_argument("-o", "--output", required=True, help="one row per compared point (CSV)")
+    p.add_argument("--summary", required=True, help="the experiment's summary (JSON)")
+    p.set_defaults(func=_run_closed_loop)
+
+
+def _run_closed_loop(a) -> None:
+    from .closedloop import run_closed_loop
+
+    run_closed_loop(a)
+
+
+def _add_engine_simulate(sub) -> None:
+    """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
+    """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
+    p = sub.add_parser("engine-simulate", help="the upper-bound simulations on one experiment's own traces and cost model")
+    p.add_argument("--exp", required=True)
+    p.add_argument("--traceset", required=True, help="the trace set's name (engine-<exp>): metric keys")
+    p.add_argument("--traces", nargs="+", required=True, help="the trace set's files, one per dataset (<dataset>.jsonl)")
+    p.add_argument("--methods", nargs="+", required=True, help="the traced methods, in display order")
+    p.add_argument("--cost-model", required=True)
+    p.add_argument("--batch-sizes", nargs="+", type=int, required=True)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--k-candidates", nargs="+", type=int, default=list(DEFAULT_K_CANDIDATES))
+    p.add_argument("--ngram-trace", help="the n-gram trace job's own file (results/engine/<exp>/traces/ngram.jsonl)")
+    p.add_argument("--ngram-check", help="its check record (undrafted positions)")
+    p.add_argument("-o", "--output", required=True, help="summary CSV")
+    p.add_argument("--schedule", required=True, help="k-by-batch-size schedules (JSON)")
+    p.add_argument("--metrics", required=True, help="flat metrics (JSON)")
+    p.set_defaults(func=_run_engine_simulate)
+
+
+def _run_engine_simulate(a) -> None:
+    from .enginesim import run_engine_simulate
+
+    run_engine_simulate(a)
+
+
+def _add_sizing_study(sub) -> None:
+    """``specrepro sizing-study``: the sizing rule checked by subsampling the released traces."""
+    """``specrepro sizing-study``: the sizing rule checked by subsampling the released traces."""
+    p = sub.add_parser("sizing-study", help="check the sizing rule on the released traces: subsamples of the sized "
+                                            "sizes, their intervals' coverage and decisions (CSV)")
+    p.add_argument("--run-config", required=True, help="results/run_config.json (simulator cost model, match probabilities)")
+    p.add_argument("--traceset", required=True, help="the released trace set (its simulator claims are studied)")
+    p.add_argument("--traces", nargs="+", required=True, help="its trace files (<dataset>.jsonl), SHA-256 checked")
+    p.add_argument("--claims", required=True, help="the claims registry")
+    p.add_argument("--sized-config", help="a config whose engine claims' stand-ins are studied at its request counts "
+                                          "(config/paper-quick.yaml)")
+    p.add_argument("--replications", type=int, default=1000, help="subsamples per quantity")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(func=_run_sizing_study)
+
+
+def _run_sizing_study(a) -> None:
+    from .sizing.verbs import run_sizing_study
+
+    run_sizing_study(a)
+
+
 def add_cli(sub) -> None:
     """Register this module's verbs."""
-    for add in (_claims, _plan,):
+    for add in (_claims, _plan, _add_k_schedule, _add_closed_loop, _add_engine_simulate, _add_sizing_study,):
         add(sub)

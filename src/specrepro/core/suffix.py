@@ -42,6 +42,8 @@ import numpy as np
 
 from .errors import SpecReproError
 from .traces import TraceRecord
+from .io import atomic_path, write_json
+from .ngram import read_token_trace
 
 
 @dataclass(frozen=True)
@@ -197,31 +199,17 @@ def suffix_stats(records: Sequence[TraceRecord], acc: Sequence[np.ndarray], data
     return out
 
 
-def add_cli(sub) -> None:
-    """``specrepro suffix-trace``: the input records with ``acc_suffix.acc_len`` added (JSONL)."""
-    p = sub.add_parser("suffix-trace", help="add acc_suffix (suffix decoding, recomputed from tokens) to a trace file")
-    p.add_argument("input", help="trace file (released format)")
-    p.add_argument("-o", "--output", required=True, help="the input records with acc_suffix.acc_len added")
-    p.add_argument("--max-depth", type=int, default=24, help="longest suffix matched (default 24, vLLM's)")
-    p.add_argument("--k", type=int, default=20, help="tokens proposed at most (default 20, as in the traces)")
-    p.add_argument("--dataset", default="", help="name recorded in --stats")
-    p.add_argument("--stats", help="mean acceptance lengths (JSON)")
+def run_suffix_trace(a) -> None:
+    """The body of ``specrepro suffix-trace``."""
+    import json
 
-    def run(a):
-        import json
-
-        from .io import atomic_path, write_json
-        from .ngram import read_token_trace
-
-        params = SuffixParams(a.max_depth, a.k)
-        objs, records = read_token_trace(a.input)
-        acc = suffix_acc_lens(records, params)
-        with atomic_path(a.output) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-            for obj, values in zip(objs, acc):
-                fh.write(json.dumps({**obj, "acc_suffix": {"acc_len": values.tolist()}}) + "\n")
-        if a.stats:
-            st = suffix_stats(records, acc, a.dataset)
-            st.update(max_depth=params.max_depth, k=params.k)
-            write_json(a.stats, st)
-
-    p.set_defaults(func=run)
+    params = SuffixParams(a.max_depth, a.k)
+    objs, records = read_token_trace(a.input)
+    acc = suffix_acc_lens(records, params)
+    with atomic_path(a.output) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        for obj, values in zip(objs, acc):
+            fh.write(json.dumps({**obj, "acc_suffix": {"acc_len": values.tolist()}}) + "\n")
+    if a.stats:
+        st = suffix_stats(records, acc, a.dataset)
+        st.update(max_depth=params.max_depth, k=params.k)
+        write_json(a.stats, st)

@@ -200,7 +200,36 @@ def _image_record(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _add_suffix_trace(sub) -> None:
+    """``specrepro suffix-trace``: the input records with ``acc_suffix.acc_len`` added (JSONL)."""
+    p = sub.add_parser("suffix-trace", help="add acc_suffix (suffix decoding, recomputed from tokens) to a trace file")
+    p.add_argument("input", help="trace file (released format)")
+    p.add_argument("-o", "--output", required=True, help="the input records with acc_suffix.acc_len added")
+    p.add_argument("--max-depth", type=int, default=24, help="longest suffix matched (default 24, vLLM's)")
+    p.add_argument("--k", type=int, default=20, help="tokens proposed at most (default 20, as in the traces)")
+    p.add_argument("--dataset", default="", help="name recorded in --stats")
+    p.add_argument("--stats", help="mean acceptance lengths (JSON)")
+    p.set_defaults(func=_run_suffix_trace)
+
+
+def _run_suffix_trace(a) -> None:
+    from .suffix import run_suffix_trace
+
+    run_suffix_trace(a)
+
+
 def add_cli(sub) -> None:
     """Register this module's verbs."""
-    for add in (_write_json, _fetch_trace, _trace_tables, _ngram_trace, _prompt_bleu, _fetch_model, _fetch_dataset, _manifest, _image_record,):
+    for add in (
+        _write_json,
+        _fetch_trace,
+        _trace_tables,
+        _ngram_trace,
+        _prompt_bleu,
+        _fetch_model,
+        _fetch_dataset,
+        _manifest,
+        _image_record,
+        _add_suffix_trace,
+    ):
         add(sub)

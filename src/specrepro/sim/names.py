@@ -21,6 +21,9 @@ NGRAM_MATCH_PROB = {"sharegpt": 0.2, "cnn": 0.4, "gsm8k": 0.2, "instructcoder": 
 #: on the paper's own requests (see :func:`metrics_from_summaries`)
 PAPER_DRAW = {"num_requests": 300, "seed": 42}
 
+#: the k a k-by-batch-size schedule chooses from (``specrepro engine-simulate --k-candidates``)
+DEFAULT_K_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
+
 
 def is_policy(name: str) -> bool:
     """``fixed-<k>`` (k >= 1), ``oracle``, ``adaptive`` or ``batch-schedule``."""

@@ -88,6 +88,4 @@ from .inputs import (  # noqa: F401
 from .format import (  # noqa: F401
     claim_line, format_sized_plan, joint_expectation, _fmt,
 )
-from .verbs import (  # noqa: F401
-    add_cli, _run_study,
-)
+from .verbs import run_sizing_study  # noqa: F401

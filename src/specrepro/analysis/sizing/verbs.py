@@ -1,5 +1,5 @@
-"""``specrepro sizing-study``: the sizing rule checked on the released traces (arguments here, the study in its
-body)."""
+"""The body of ``specrepro sizing-study``: the sizing rule checked on the released traces (its arguments are in
+:mod:`specrepro.analysis.verbs`)."""
 
 from __future__ import annotations
 
@@ -10,26 +10,8 @@ from .inputs import load_config, released_trace_files, trace_proxy
 from .study import validation_study
 
 
-# --- the CLI verb ------------------------------------------------------------------------------------------
-
-
-def add_cli(sub) -> None:
-    """``specrepro sizing-study``: the sizing rule checked by subsampling the released traces."""
-    p = sub.add_parser("sizing-study", help="check the sizing rule on the released traces: subsamples of the sized "
-                                            "sizes, their intervals' coverage and decisions (CSV)")
-    p.add_argument("--run-config", required=True, help="results/run_config.json (simulator cost model, match probabilities)")
-    p.add_argument("--traceset", required=True, help="the released trace set (its simulator claims are studied)")
-    p.add_argument("--traces", nargs="+", required=True, help="its trace files (<dataset>.jsonl), SHA-256 checked")
-    p.add_argument("--claims", required=True, help="the claims registry")
-    p.add_argument("--sized-config", help="a config whose engine claims' stand-ins are studied at its request counts "
-                                          "(config/paper-quick.yaml)")
-    p.add_argument("--replications", type=int, default=1000, help="subsamples per quantity")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("-o", "--output", required=True)
-    p.set_defaults(func=_run_study)
-
-
-def _run_study(a) -> None:
+def run_sizing_study(a) -> None:
+    """Subsample the released traces at the sized request counts and write the study's table."""
     if a.replications < 10:
         raise SpecReproError(f"--replications must be at least 10, got {a.replications}")
     cfg = load_config(a.run_config)

@@ -62,8 +62,8 @@ import pandas as pd
 import yaml
 
 from ...core.errors import SpecReproError
-from ...core.costmodel import COEFFICIENTS
-from ...core.io import atomic_path, read_parquet
+from ...core.costmodel import COEFFICIENTS, load_cost_model
+from ...core.io import atomic_path, read_parquet, write_json, write_text
 
 TIMING_COLUMNS = ("role", "kv_tokens", "batched_tokens", "seconds")
 ROLE_COEFS = {
@@ -289,32 +289,15 @@ def read_timings(paths: Sequence[str]) -> pd.DataFrame:
 # --- CLI ----------------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    """``specrepro fit-cost-model STEPS.parquet [...] -o MODEL.yaml [--plot PDF] [--report JSON]``."""
-    p = sub.add_parser("fit-cost-model", help="fit the simulator's step-time cost model to per-step timings (YAML)")
-    p.add_argument("steps", nargs="+", help="per-step timing tables (Parquet or CSV; columns role, kv_tokens, "
-                                            "batched_tokens, seconds[, overhead_s])")
-    p.add_argument("-o", "--output", required=True, help="cost-model YAML to write")
-    p.add_argument("--plot", help="residuals plot (PDF)")
-    p.add_argument("--report", help="fit quality (JSON): R^2, points, coefficients per role")
-    p.add_argument("--name", help="cost-model name (default: the output file's stem)")
-    p.add_argument("--model", default="", help="model the timings are of (recorded in the YAML)")
-    p.add_argument("--hardware", default="", help="hardware the timings are of (recorded in the YAML)")
-    p.add_argument("--base", help="cost model (built-in name or file) supplying coefficients without data")
-
-    def run(a):
-        from ...core.costmodel import load_cost_model
-        from ...core.io import write_json, write_text
-
-        base = load_cost_model(a.base) if a.base else None
-        fit = fit_cost_model(read_timings(a.steps), base=base)
-        name = a.name or Path(a.output).stem
-        write_text(a.output, cost_model_yaml(fit, name=name, model=a.model, hardware=a.hardware, base_name=a.base))
-        if a.plot:
-            plot_residuals(fit, a.plot)
-        if a.report:
-            write_json(a.report, {**fit.report(), "inputs": [str(s) for s in a.steps], "name": name})
-        for role, f in fit.roles.items():
-            print(f"{a.output}: {role} R^2 = {f.r2:.4f} over {f.n_points} steps", file=sys.stderr)
-
-    p.set_defaults(func=run)
+def run_fit_cost_model(a) -> None:
+    """The body of ``specrepro fit-cost-model``."""
+    base = load_cost_model(a.base) if a.base else None
+    fit = fit_cost_model(read_timings(a.steps), base=base)
+    name = a.name or Path(a.output).stem
+    write_text(a.output, cost_model_yaml(fit, name=name, model=a.model, hardware=a.hardware, base_name=a.base))
+    if a.plot:
+        plot_residuals(fit, a.plot)
+    if a.report:
+        write_json(a.report, {**fit.report(), "inputs": [str(s) for s in a.steps], "name": name})
+    for role, f in fit.roles.items():
+        print(f"{a.output}: {role} R^2 = {f.r2:.4f} over {f.n_points} steps", file=sys.stderr)

@@ -390,18 +390,6 @@ def engine_metrics(points: pd.DataFrame, run_kind: str) -> dict:
 # --- the CLI verb -------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    """``specrepro engine-metrics``: engine points -> metrics JSON (+ speedup and lossless CSVs)."""
-    p = sub.add_parser("engine-metrics", help="engine points -> metrics JSON for the claims table (+ CSV tables)")
-    p.add_argument("--points", nargs="+", required=True, help="bench tables (results/engine/<exp>/bench/*.parquet)")
-    p.add_argument("--run-config", required=True, help="results/run_config.json (its run.kind is recorded)")
-    p.add_argument("-o", "--output", required=True, help="metrics JSON (results/metrics/engine.json)")
-    p.add_argument("--speedup-csv", help="per exp x dataset x config x batch size: throughput, speedup, failures")
-    p.add_argument("--lossless-csv", help="per exp x config: identical outputs, acceptance, failures")
-    p.add_argument("--prompts", nargs="*", default=[], help="prompt tables (engine-prompts) for the Fig. 9 BLEU buckets")
-    p.add_argument("--bleu-edges", nargs="*", type=float, default=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
-    p.add_argument("--bleu-csv", help="per request: prompt-output BLEU-4 and throughput of each configuration")
-    p.set_defaults(func=run)
 
 
 def run(a) -> None:

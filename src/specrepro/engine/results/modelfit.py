@@ -55,6 +55,8 @@ import yaml
 
 from ...core.errors import SpecReproError
 from .costfit import nnls_small
+from ...core.io import read_json, read_parquet, write_csv, write_json, write_text
+from .metrics import load_points
 
 #: model-based drafters (one drafter section each); n-gram is the lookup (a share of the target's time)
 DRAFTERS = ("eagle", "eagle3", "draft_model", "mtp")
@@ -400,75 +402,53 @@ def outside_steps(paths: Sequence[str]) -> dict:
 # --- CLI ---------------------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    """``specrepro fit-engine-cost-model``: one experiment's cost model from its profiled steps (or bench points)."""
-    p = sub.add_parser("fit-engine-cost-model",
-                       help="fit one experiment's step-time cost model to its own profiled steps (or benchmark points)")
-    p.add_argument("--exp", required=True)
-    p.add_argument("--model", default="", help="the experiment's model (recorded in the file)")
-    p.add_argument("--hardware", default="", help="recorded in the file")
-    p.add_argument("--timings", nargs="*", default=[], help="profiled passes' step tables (<config>.timings.parquet)")
-    p.add_argument("--sweeps", nargs="*", default=[], help="cost-fit sweeps (<config>.steps.parquet)")
-    p.add_argument("--records", nargs="*", default=[], help="the profiled passes' (or, with --points, the bench jobs') "
-                                                               "records (<config>.json): image, engine version, status")
-    p.add_argument("--breakdowns", nargs="*", default=[], help="the profiled passes' breakdowns (<config>.breakdown.csv): "
-                                                                  "wall time outside the engine's steps")
-    p.add_argument("--points", nargs="*", default=[], help="bench tables: used only without profiled steps")
-    p.add_argument("-o", "--output", required=True, help="the cost model (YAML)")
-    p.add_argument("--report", required=True, help="fit quality (JSON)")
-    p.add_argument("--residuals", required=True, help="measured and fitted time of every row (CSV)")
+def run_fit_engine_cost_model(a) -> None:
+    """The body of ``specrepro fit-engine-cost-model``."""
+    from pathlib import Path
 
-    def run(a):
-        from pathlib import Path
+    images: dict[str, Any] = {}
+    frames, configs, shortest, prefill_drafting = [], {}, [], {}
+    records = {Path(r).name.removesuffix(".json"): read_json(r) for r in a.records}
+    for path in a.timings:
+        cfg = Path(path).name.removesuffix(".timings.parquet")
+        t = read_parquet(path)
+        rec = records.get(cfg, {})
+        if t.empty or rec.get("status", "ok") != "ok":
+            continue
+        method = str(t["method"].iloc[0])
+        configs[cfg] = method
+        images[cfg] = _image(rec)
+        frames.append(profile_rows(t, method, cfg))
+        shortest.append(float(t["step_s"].min()))
+        if method != "none" and float(t["step_s"].sum()) > 0:
+            pre = t["prefill_reqs"] > 0
+            prefill_drafting[cfg] = float(t.loc[pre, "drafting_s"].sum() / t["step_s"].sum())
+    for path in a.sweeps:
+        cfg = Path(path).name.removesuffix(".steps.parquet")
+        if cfg in configs:
+            frames.append(sweep_rows(read_parquet(path), cfg))
+    if frames:
+        base = next((c for c, m in configs.items() if m == "none"), None)
+        if base is None:
+            raise SpecReproError(f"{a.exp}: profiled passes without a no-SD one; profile the baseline too")
+        same = [c for c in configs if images[c] == images[base]]  # the baseline's image: the target's steps
+        fit = fit_profile(pd.concat(frames, ignore_index=True), same)
+        source = f"profiled steps of {a.exp} ({', '.join(configs)})"
+    else:
+        if not a.points:
+            raise SpecReproError(f"{a.exp}: no profiled step and no benchmark point to fit a cost model to")
 
-        from ...core.io import read_json, read_parquet, write_csv, write_json, write_text
-
-        images: dict[str, Any] = {}
-        frames, configs, shortest, prefill_drafting = [], {}, [], {}
-        records = {Path(r).name.removesuffix(".json"): read_json(r) for r in a.records}
-        for path in a.timings:
-            cfg = Path(path).name.removesuffix(".timings.parquet")
-            t = read_parquet(path)
-            rec = records.get(cfg, {})
-            if t.empty or rec.get("status", "ok") != "ok":
-                continue
-            method = str(t["method"].iloc[0])
-            configs[cfg] = method
-            images[cfg] = _image(rec)
-            frames.append(profile_rows(t, method, cfg))
-            shortest.append(float(t["step_s"].min()))
-            if method != "none" and float(t["step_s"].sum()) > 0:
-                pre = t["prefill_reqs"] > 0
-                prefill_drafting[cfg] = float(t.loc[pre, "drafting_s"].sum() / t["step_s"].sum())
-        for path in a.sweeps:
-            cfg = Path(path).name.removesuffix(".steps.parquet")
-            if cfg in configs:
-                frames.append(sweep_rows(read_parquet(path), cfg))
-        if frames:
-            base = next((c for c, m in configs.items() if m == "none"), None)
-            if base is None:
-                raise SpecReproError(f"{a.exp}: profiled passes without a no-SD one; profile the baseline too")
-            same = [c for c in configs if images[c] == images[base]]  # the baseline's image: the target's steps
-            fit = fit_profile(pd.concat(frames, ignore_index=True), same)
-            source = f"profiled steps of {a.exp} ({', '.join(configs)})"
-        else:
-            if not a.points:
-                raise SpecReproError(f"{a.exp}: no profiled step and no benchmark point to fit a cost model to")
-            from .metrics import load_points
-
-            pts = load_points(a.points)
-            fit = fit_bench(bench_rows(pts))
-            source = f"benchmark wall times of {a.exp} ({', '.join(sorted(set(pts['config'])))}; no profiled pass)"
-            images = {str(c): _image(records.get(str(c), {})) for c in sorted(set(pts["config"]))}
-        devices = sorted({str(r["device"]) for r in records.values() if r.get("device")})
-        hardware = "; ".join(devices) or a.hardware  # the jobs' own record of their device, where it has one
-        doc = cost_model_doc(fit, name=f"engine-{a.exp}", model=a.model, hardware=hardware, images=images,
-                             source=source)
-        write_text(a.output, cost_model_text(doc))
-        extra = {"shortest_step_s": min(shortest) if shortest else None, **outside_steps(a.breakdowns),
-                 "prefill_drafting_share_by_config": prefill_drafting}
-        write_json(a.report, _plain({"exp": a.exp, "model": a.model, "hardware": hardware, "images": images,
-                                     **fit.report(), **extra}))
-        write_csv(a.residuals, fit.residuals.assign(exp=a.exp), float_format="%.9g")
-
-    p.set_defaults(func=run)
+        pts = load_points(a.points)
+        fit = fit_bench(bench_rows(pts))
+        source = f"benchmark wall times of {a.exp} ({', '.join(sorted(set(pts['config'])))}; no profiled pass)"
+        images = {str(c): _image(records.get(str(c), {})) for c in sorted(set(pts["config"]))}
+    devices = sorted({str(r["device"]) for r in records.values() if r.get("device")})
+    hardware = "; ".join(devices) or a.hardware  # the jobs' own record of their device, where it has one
+    doc = cost_model_doc(fit, name=f"engine-{a.exp}", model=a.model, hardware=hardware, images=images,
+                         source=source)
+    write_text(a.output, cost_model_text(doc))
+    extra = {"shortest_step_s": min(shortest) if shortest else None, **outside_steps(a.breakdowns),
+             "prefill_drafting_share_by_config": prefill_drafting}
+    write_json(a.report, _plain({"exp": a.exp, "model": a.model, "hardware": hardware, "images": images,
+                                 **fit.report(), **extra}))
+    write_csv(a.residuals, fit.residuals.assign(exp=a.exp), float_format="%.9g")

