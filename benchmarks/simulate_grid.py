@@ -14,10 +14,10 @@ import argparse
 import time
 from pathlib import Path
 
-from specrepro.costmodel import load_cost_model
-from specrepro.ngram import agreement, ngram_acc_lens
-from specrepro.simulator import NGRAM_MATCH_PROB, PAPER_POLICIES, SimSpec, Workload, simulate, simulate_reference
-from specrepro.traces import read_trace
+from specrepro.core.costmodel import load_cost_model
+from specrepro.core.ngram import agreement, ngram_acc_lens
+from specrepro.sim.simulator import NGRAM_MATCH_PROB, PAPER_POLICIES, SimSpec, Workload, simulate, simulate_reference
+from specrepro.core.traces import read_trace
 
 DATASETS = ("instructcoder", "sharegpt", "gsm8k", "cnn")
 BATCH_SIZES = (1, 8, 16, 32, 64, 128)

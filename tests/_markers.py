@@ -101,7 +101,7 @@ def classify(argv) -> set[str]:
     kinds: set[str] = set()
     if not argv:
         return kinds
-    if _specrepro_verb(argv) in ENGINE_VERBS:
+    if _specrepro_verb(argv) in ENGINE_VERBS and not {"-h", "--help"} & set(argv):  # a verb's help starts nothing
         kinds.add("engine")
     smk = _snakemake_args(argv)
     if smk is not None:

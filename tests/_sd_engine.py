@@ -56,11 +56,11 @@ SCRIPT = r'''
 import json, os, sys, time
 from pathlib import Path
 from vllm import LLM, SamplingParams
-from specrepro.engine.costfit import profile_prompts, profile_sweep
-from specrepro.engine.counters import counter_delta, read_counters
-from specrepro.engine.instrument import StepLog, rpc_status
-from specrepro.io import write_parquet
-from specrepro.engine.memory import vllm_reported_memory
+from specrepro.engine.run.profile import profile_prompts, profile_sweep
+from specrepro.jobspec.counters import counter_delta, read_counters
+from specrepro.engine.run.instrument import StepLog, rpc_status
+from specrepro.core.io import write_parquet
+from specrepro.engine.run.llm import vllm_reported_memory
 
 model, out, method = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 cfg = json.loads(os.environ["SD_TEST_CFG"])

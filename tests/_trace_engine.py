@@ -35,7 +35,7 @@ def trace_run(model: str, method: str, drafter: str | None, prompts: tuple, max_
     ``method`` with k drafts, and the record-only check against vLLM's counters. Returns {records, summary}."""
     import pandas as pd
 
-    from specrepro.io import write_json, write_parquet
+    from specrepro.core.io import write_json, write_parquet
 
     work = Path(tempfile.mkdtemp(prefix="specrepro-trace-"))
     spec = {"exp": "test", "model": "m", "method": method, "k": k, "datasets": {"d": max_tokens}, "batch_sizes": [1],

@@ -41,7 +41,7 @@ overhead_per_step: 1.0
 
 @pytest.fixture
 def round_cost(tmp_path):
-    from specrepro.costmodel import load_cost_model
+    from specrepro.core.costmodel import load_cost_model
 
     path = tmp_path / "round.yaml"
     path.write_text(ROUND_COST)
@@ -146,7 +146,7 @@ def needs_vllm() -> None:
 @pytest.fixture(scope="session")
 def tiny_target(tmp_path_factory) -> Path:
     """A tiny random Llama built by the pipeline's own builder (tokenizer trained on the prompt files)."""
-    from specrepro.engine.standins import build_model
+    from specrepro.engine.models.standins import build_model
 
     out = tmp_path_factory.mktemp("models") / "tiny-llama"
     build_model("tiny-llama", out, seed=0, corpus=PROMPT_FILES)
@@ -155,7 +155,7 @@ def tiny_target(tmp_path_factory) -> Path:
 
 def model_manifest_file(tmp_path: Path, model_dir: Path, name: str = "tiny-llama") -> Path:
     """A manifest (as the build/download rules write) for a model directory."""
-    from specrepro.hub import manifest
+    from specrepro.core.hub import manifest
 
     m = tmp_path / f"{name.replace('/', '_')}.manifest.json"
     m.write_text(json.dumps(manifest(name, "model", "build", model_dir)))

@@ -59,7 +59,7 @@ MESSAGES = ("Write a short poem about the sea at night.", "Tom has 3 boxes with 
 @functools.lru_cache(maxsize=None)
 def tiny_models() -> dict[str, str]:
     """target, draft (tiny-llama), eagle, eagle3, copy: built once per session in a temp dir."""
-    from specrepro.engine.standins import build_model
+    from specrepro.engine.models.standins import build_model
 
     root = Path(tempfile.mkdtemp(prefix="specrepro-tiny-"))
     corpus = sorted((REPO / "config" / "prompts").glob("*.jsonl"))

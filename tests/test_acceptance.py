@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from specrepro import acceptance
-from specrepro.traces import load_tables, positions_table, read_trace
+from specrepro.analysis import acceptance
+from specrepro.core.traces import load_tables, positions_table, read_trace
 
 from conftest import released_trace, small_record, write_jsonl
 
@@ -74,7 +74,7 @@ def test_metrics_keys(tiny):
 
 
 def test_intervals_resample_whole_requests(tiny):
-    from specrepro.uncertainty import bootstrap_pooled_ratio_ci
+    from specrepro.core.uncertainty import bootstrap_pooled_ratio_ci
 
     st = acceptance.acceptance_stats(tiny, ["ngram", "eagle"]).set_index("proposer")
     # n-gram: request a sums 9 over 4 positions, b 6 over 3: a resample is a, b or both

@@ -8,10 +8,10 @@ import math
 import pandas as pd
 import pytest
 
-from specrepro.engine.breakdown import (
+from specrepro.engine.run.breakdown import (
     BREAKDOWN_PHASES, STEP_TABLE_COLUMNS, phase_breakdown, step_problems, step_table,
 )
-from specrepro.io import SpecReproError
+from specrepro.core.io import SpecReproError
 
 
 def _rec(step, step_s, draft=0.0, ver=0.0, samp=0.0, n=(None, 1, 1), **shape):
@@ -97,7 +97,7 @@ def test_draft_model_steps_match_what_the_engine_ran():
     assert c["num_drafts"] == eng.B_BREAKDOWN * (n_steps - 1) == int((st["draft_tokens"] > 0).sum() * eng.B_BREAKDOWN)
     assert c["num_draft_tokens"] == int(st["draft_tokens"].sum()) == c["num_accepted_tokens"]
     # the plugin's record-only acceptance counts reproduce vLLM's counters exactly (k-token run, nothing truncated)
-    from specrepro.engine.traces import counters_from_records
+    from specrepro.engine.run.traces import counters_from_records
 
     mine = counters_from_records(res["records"], eng.K)
     assert mine == {k: c[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_pos")}

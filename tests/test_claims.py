@@ -7,11 +7,11 @@ import math
 import pytest
 import yaml
 
-from specrepro.claims import (
+from specrepro.analysis.claims import (
     CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, PAPER_VALUE_KINDS, REPRODUCED, Claim, band_from_spread,
     decisive_half_width, evaluate, load_claims, load_metrics, status_from_interval,
 )
-from specrepro.io import SpecReproError, write_json
+from specrepro.core.io import SpecReproError, write_json
 
 from conftest import REPO, needs_traces
 
@@ -279,7 +279,7 @@ def test_fig4_spreads_are_the_traces(registry):
     """The recorded spreads are the released traces' per-request spreads through the cost model (3 digits)."""
     from conftest import SHARED_TRACES
 
-    from specrepro import sizing
+    from specrepro.analysis import sizing
 
     cfg = sizing.load_config(REPO / "config" / "paper.yaml")
     proxy = sizing.trace_proxy(cfg, sizing.released_trace_files(cfg, [SHARED_TRACES]))
@@ -426,7 +426,7 @@ def test_ordering_claims_name_registered_quantities(registry):
 
 
 def test_per_model_simulator_claims_name_keys_the_run_writes():
-    """Figs. 10/12 per model (evidence engine: GPU runs only): every key is one specrepro.engine.enginesim writes for a
+    """Figs. 10/12 per model (evidence engine: GPU runs only): every key is one specrepro.analysis.enginesim writes for a
     paper experiment with traces, at one of its datasets, traced methods and batch sizes."""
     import re
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from _infra import REPO, env_with, fake_apptainer
-from specrepro.cluster import engine_resources
+from specrepro.core.cluster import engine_resources
 
 slurm_plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
 from snakemake_executor_plugin_slurm.submit_string import get_submit_command  # noqa: E402

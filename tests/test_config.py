@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from specrepro.config import ConfigError, RunConfig, check_config, config_hash, validate_schema
-from specrepro.engine.args import experiment_configs
-from specrepro.engine.trees import tree_study
+from specrepro.jobspec.args import experiment_configs
+from specrepro.jobspec.trees import tree_study
 
 from conftest import REPO
 

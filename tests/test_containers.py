@@ -84,7 +84,7 @@ def test_definition_sections_and_header(name):
     # defect 7: the digest alone (tools built on containers/image reject tag@digest); the tag in a comment
     froms = re.findall(r"^From:\s*(\S+)\s*$", header, re.M)
     assert len(froms) == 1 and re.fullmatch(r"[a-z0-9][a-z0-9._/-]*@sha256:[0-9a-f]{64}", froms[0]), froms
-    from specrepro.engine.images import definition_problems, parse_definition
+    from specrepro.jobspec.images import definition_problems, parse_definition
 
     assert definition_problems(parse_definition(text, str(definition(name))), ("apptainer", (1, 4, 5))) == []
 
@@ -152,9 +152,9 @@ def test_dry_run_with_apptainer_resolves(tmp_path):
 
 
 def expected_image(job, cfg):
-    """The image a GPU job of the paper DAG must run in: its own (specrepro.engine.images), from its wildcards."""
-    from specrepro.engine.args import experiment_configs
-    from specrepro.engine.images import job_image, trace_image
+    """The image a GPU job of the paper DAG must run in: its own (specrepro.jobspec.images), from its wildcards."""
+    from specrepro.jobspec.args import experiment_configs
+    from specrepro.jobspec.images import job_image, trace_image
 
     exps = {e["name"]: e for e in cfg["experiments"]}
     if job["rule"] == "container_test":
@@ -175,7 +175,7 @@ def test_every_gpu_job_runs_in_its_own_image_and_needs_it(dag_jobs):
     """Every GPU job (vLLM's and Fig. 2's SGLang jobs) in its own image, which it takes as input with its test."""
     import yaml
 
-    from specrepro.engine.images import image_stem
+    from specrepro.jobspec.images import image_stem
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     jobs, cache = dag_jobs("config/paper.yaml", "all")
@@ -280,14 +280,14 @@ def test_sglang_definition_header_sections_and_digest():
     assert re.fullmatch(r"nvidia/cuda@sha256:[0-9a-f]{64}", recipe.fromHeader), recipe.fromHeader
     assert recipe.install and recipe.environ and recipe.labels and recipe.test
     # what preflight checks of every definition the run uses (Apptainer accepts it)
-    from specrepro.engine.images import definition_problems, parse_definition
+    from specrepro.jobspec.images import definition_problems, parse_definition
 
     assert definition_problems(parse_definition(text, str(SGLANG_DEF)), ("apptainer", (1, 4, 5))) == []
 
 
 def test_sglang_lock_matches_sglangs_own_pins():
     """FA3 (sgl-kernel) and FlashInfer at the versions SGLang 0.5.9 itself requires, and the analysis packages."""
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sources import source_tree
 
     pins = sglang_pins()
     own = (source_tree("sglang", "0.5.9") / "pyproject.toml").read_text()
@@ -508,8 +508,8 @@ def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(dag_jobs):
     plan's total does not grow: there is no GPU job outside the plan at all)."""
     import yaml
 
-    from specrepro.engine.args import trace_label
-    from specrepro.engine.jobs import trace_methods
+    from specrepro.jobspec.args import trace_label
+    from specrepro.jobspec.jobs import trace_methods
     from specrepro.plan import plan_jobs
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())

@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from specrepro.engine.breakdown import step_table
-from specrepro.engine.costfit import (
-    expected_steps, fit_cost_model, nnls_small, steps_from_timings,
-)
-from specrepro.costmodel import load_cost_model
-from specrepro.io import SpecReproError, write_parquet
+from specrepro.engine.run.breakdown import step_table
+from specrepro.engine.results.costfit import fit_cost_model, nnls_small
+from specrepro.engine.run.profile import expected_steps, steps_from_timings
+from specrepro.core.costmodel import load_cost_model
+from specrepro.core.io import SpecReproError, write_parquet
 
 
 def synthetic_timings(cost, noise=1e-3, seed=0) -> pd.DataFrame:
@@ -166,7 +165,7 @@ def test_cli_user_error_exits_2(tmp_path, capsys):
 
 @pytest.mark.engine
 def test_real_tiny_fit_from_a_profiled_vllm_sweep(tmp_path):
-    from specrepro.io import read_parquet
+    from specrepro.core.io import read_parquet
 
     import _sd_engine as eng
 

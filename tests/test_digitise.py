@@ -27,9 +27,9 @@ from specrepro.analysis.digitise.bars import read_bars  # noqa: E402
 from specrepro.analysis.digitise.image import Picture, components, load_image  # noqa: E402
 from specrepro.analysis.digitise.layouts import Layout  # noqa: E402
 from specrepro.analysis.digitise.read import read_markers  # noqa: E402
-from specrepro.claims import Claim, load_claims  # noqa: E402
+from specrepro.analysis.claims import Claim, load_claims  # noqa: E402
 from specrepro.cli import main  # noqa: E402
-from specrepro.io import SpecReproError, write_json  # noqa: E402
+from specrepro.core.io import SpecReproError, write_json  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 
@@ -358,7 +358,7 @@ def test_recorded_image_facts_are_the_files(tmp_path):
 
 
 def test_an_origin_record_without_its_fields_is_one_line(tmp_path):
-    from specrepro.io import SpecReproError
+    from specrepro.core.io import SpecReproError
 
     (tmp_path / "o.yaml").write_text("images:\n  paper-fig1.png: {figure: 'Fig. 1', sha256: abc}\n")
     with pytest.raises(SpecReproError, match="lacks pixels, dpi, software, arxiv_version, page, rasterised"):

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from specrepro.config import config_problems
-from specrepro.engine import drafters as D
+from specrepro.engine.models import drafters as D
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 def tiny(tmp_path_factory):
     """A tiny random Llama target, four sequences and its normed hidden states (teacher forced)."""
     torch = pytest.importorskip("torch")
-    from specrepro.engine.standins import build_model
-    from specrepro.engine.oracle import _Model, llama_forward
+    from specrepro.engine.models.standins import build_model
+    from specrepro.engine.models.oracle import _Model, llama_forward
 
     out = tmp_path_factory.mktemp("tiny") / "target"
     build_model("tiny-llama", out, seed=0, corpus=[REPO / "config" / "prompts" / "cnn.jsonl"])
@@ -55,7 +55,7 @@ def _stages(fn, *args, **kw):
 def test_eagle_head_file_drafts_what_the_training_module_computes(tiny, tmp_path):
     import torch
 
-    from specrepro.engine.oracle import _EagleHead, _Model
+    from specrepro.engine.models.oracle import _EagleHead, _Model
 
     target, df, states = tiny
     st, rec = _stages(D.train_eagle, str(target), df, states, seed=0, epochs=1, lr=1e-3)
@@ -97,7 +97,7 @@ def test_untrained_head_guesses_the_verified_token_again(tiny):
 def test_draft_model_file_computes_what_the_training_module_computes(tiny, tmp_path):
     import torch
 
-    from specrepro.engine.oracle import _Model, llama_forward
+    from specrepro.engine.models.oracle import _Model, llama_forward
 
     target, df, states = tiny
     st, rec = _stages(D.train_draft, str(target), df, states, layers=[1], seed=0, epochs=1, lr=1e-3)
@@ -119,7 +119,7 @@ def test_target_states_are_the_trace_codes_hidden_states(tiny):
     """train-states (torch, batched, right-padded) gives the teacher-forced normed hidden states."""
     import torch
 
-    from specrepro.engine.oracle import _Model, llama_forward
+    from specrepro.engine.models.oracle import _Model, llama_forward
 
     target, df, states = tiny
     got, _ = D.target_states(str(target), D.sequences(df), dtype="float32", batch=3)
@@ -157,7 +157,7 @@ def test_trained_drafters_need_train_data_and_matching_kind():
 def test_smollm2_engine_jobs_use_its_engine_settings():
     """Bench, profile and trace jobs of the SmolLM2 experiment run its own dtype and n-gram lookup."""
     from specrepro.config import validate_schema
-    from specrepro.engine.jobs import bench_spec, trace_spec
+    from specrepro.jobspec.jobs import bench_spec, trace_spec
 
     cfg = _cpu_config()
     validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")

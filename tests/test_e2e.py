@@ -236,7 +236,7 @@ def test_report_layout(cpu_run):
     figure in the report of >= 8 requests per dataset (figures with overlapping texts are refused when built)."""
     import re
 
-    from specrepro.layout import MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+    from specrepro.core.layout import MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
     from specrepro.report import MAX_BODY_PAGES, page_counts
 
     build = cpu_run / "paper" / "build"

@@ -16,15 +16,15 @@ import pandas as pd
 import pytest
 
 from conftest import ENGINE_ENV, PROMPT_FILES, REPO, model_manifest_file, needs_vllm
-from specrepro.costmodel import load_cost_model
-from specrepro.engine.args import BenchSpec, speculative_config
-from specrepro.engine.bench import plan_points, read_checkpoint
-from specrepro.engine.counters import counter_delta, counter_problems, read_counters
-from specrepro.engine.metrics import speedup_table
-from specrepro.io import SpecReproError
-from specrepro.uncertainty import is_interval_key
+from specrepro.core.costmodel import load_cost_model
+from specrepro.jobspec.args import BenchSpec, speculative_config
+from specrepro.engine.run.bench import plan_points, read_checkpoint
+from specrepro.jobspec.counters import counter_delta, counter_problems, read_counters
+from specrepro.engine.results.metrics import speedup_table
+from specrepro.core.io import SpecReproError
+from specrepro.core.uncertainty import is_interval_key
 from specrepro.plan import plan_jobs, point_seconds
-from specrepro.prompts import build_prompts
+from specrepro.core.prompts import build_prompts
 
 
 def metric(name, value=None, values=None):
@@ -143,8 +143,8 @@ def test_plan_of_the_paper_grid_lists_every_engine_job():
 
 
 def _prompts_file(tmp_path: Path, model_dir: Path, dataset: str, n: int, extra: list[int] | None = None) -> Path:
-    from specrepro.prompts import chat_tokenizer
-    from specrepro.io import write_parquet
+    from specrepro.core.prompts import chat_tokenizer
+    from specrepro.core.io import write_parquet
 
     recs = [json.loads(x) for x in (REPO / f"config/prompts/{dataset}.jsonl").read_text().splitlines()]
     t = build_prompts(recs, dataset, num_samples=n, seed=42, tokenize=chat_tokenizer(str(model_dir)))
@@ -227,7 +227,7 @@ def test_killed_sweep_resumes_without_redoing_points_and_matches_an_uninterrupte
 
 
 def test_fig9_engine_buckets_hand_computed():
-    from specrepro.engine.metrics import bleu_bucket_metrics, request_bleu
+    from specrepro.engine.results.metrics import bleu_bucket_metrics, request_bleu
 
     prompt = list(range(10, 30))
     prompts = pd.DataFrame({"exp": "x", "dataset": "ic", "request_index": [0, 1],

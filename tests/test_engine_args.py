@@ -19,7 +19,7 @@ import yaml
 from _infra import REPO, env_with
 from conftest import ENGINE_ENV, needs_vllm
 from specrepro.config import validate_schema
-from specrepro.engine.jobs import bench_spec, engine_args, engine_jobs, trace_spec
+from specrepro.jobspec.jobs import bench_spec, engine_args, engine_jobs, trace_spec
 
 DAG_RULES = ("engine_bench", "engine_profile", "engine_trace", "engine_sglang_bench")
 
@@ -33,7 +33,7 @@ def validated(path):
 def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path, dag_jobs):
     """The jobs engine-args prints are the DAG's engine jobs (Fig. 2's SGLang jobs too): same outputs, same logs,
     same images, same spec."""
-    from specrepro.engine.images import image_stem
+    from specrepro.jobspec.images import image_stem
 
     jobs, cache = dag_jobs("config/paper.yaml", "all")
     dag = {j["output"][0]: j for j in jobs if j["rule"] in DAG_RULES}
@@ -114,7 +114,7 @@ def test_cpu_jobs_have_no_image():
 
 def _tiny_run(tmp_path: Path, tiny_target: Path, methods: list[dict]) -> dict:
     """A one-experiment CPU config (1 request, B = 1, 8 tokens) with the built target's manifest in place."""
-    from specrepro.hub import manifest
+    from specrepro.core.hub import manifest
 
     cfg = validated(REPO / "config" / "cpu.yaml")
     cfg["experiments"] = [{"name": "t", "model": "tiny-llama", "datasets": ["gsm8k"], "methods": methods,
@@ -131,8 +131,8 @@ def _tiny_run(tmp_path: Path, tiny_target: Path, methods: list[dict]) -> dict:
 
 
 def _prompts(tmp_path: Path, model_dir: Path) -> Path:
-    from specrepro.io import write_parquet
-    from specrepro.prompts import build_prompts, chat_tokenizer
+    from specrepro.core.io import write_parquet
+    from specrepro.core.prompts import build_prompts, chat_tokenizer
 
     recs = [json.loads(x) for x in (REPO / "config/prompts/gsm8k.jsonl").read_text().splitlines()]
     t = build_prompts(recs, "gsm8k", num_samples=1, seed=42, tokenize=chat_tokenizer(str(model_dir)))

@@ -9,13 +9,12 @@ import pandas as pd
 import pytest
 
 from specrepro import cli
-from specrepro.engine.bench import POINT_COLUMNS
-from specrepro.engine.metrics import (
-    add_cli, engine_metrics, load_points, lossless_detail, speedup_points,
-)
+from specrepro.engine.run.bench import POINT_COLUMNS
+from specrepro.engine.results.metrics import engine_metrics, load_points, lossless_detail, speedup_points
+from specrepro.engine.results.verbs import add_cli
 from specrepro.figures import trace_context
 from specrepro.figures.engine_speedup import footnote
-from specrepro.io import SpecReproError, read_json, write_json, write_parquet
+from specrepro.core.io import SpecReproError, read_json, write_json, write_parquet
 
 BASE_OUT = [1, 2, 3]
 
@@ -188,7 +187,7 @@ def test_engine_metrics_verb(engine_run):
 
 
 def test_cpu_metrics_never_decide_engine_claims(engine_run):
-    from specrepro.claims import Claim, evaluate
+    from specrepro.analysis.claims import Claim, evaluate
 
     c = Claim(id="x", group="g", statement="s", value=1.5, unit="x", source="src", tolerance_abs=None,
               tolerance_rel=0.1, evidence="engine", measured_by="engine.e1.d1.ngram-k3.speedup.b1")

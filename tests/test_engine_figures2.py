@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from specrepro import cli
-from specrepro.engine.costfit import STEP_COLUMNS
-from specrepro.io import read_json, write_json, write_parquet
+from specrepro.engine.run.profile import STEP_COLUMNS
+from specrepro.core.io import read_json, write_json, write_parquet
 
 RUN_CONFIG = {
     "run": {"name": "t", "kind": "cpu"},
@@ -253,7 +253,7 @@ def test_memory_missing_drafter_manifest_is_an_error(memory_run):
     assert rc == 2
 
 
-# --- cost fit (one cost model per experiment: specrepro.engine.modelfit) ------------------------------
+# --- cost fit (one cost model per experiment: specrepro.engine.results.modelfit) ------------------------------
 
 C_KV, C_COMPUTE, C_FIXED, OVERHEAD = 1e-6, 2e-5, 1e-3, 5e-4
 D_KV, D_SPEC = 3e-7, 4e-4
@@ -331,7 +331,7 @@ def _costfit(tmp_path, fits, tag):
 
 
 def test_costfit_recovers_known_coefficients_per_experiment(costfit_run):
-    from specrepro.costmodel import load_cost_model
+    from specrepro.core.costmodel import load_cost_model
 
     tmp_path, fits = costfit_run
     a = _costfit(tmp_path, fits, "a")

@@ -12,7 +12,7 @@ import yaml
 from _infra import REPO
 from specrepro import cli
 from specrepro.config import validate_schema
-from specrepro.io import write_json, write_parquet
+from specrepro.core.io import write_json, write_parquet
 from test_engine_figures import RUN_CONFIG, point, tables
 
 ERROR = "NotImplementedError: Speculative decoding with draft model is not supported yet."
@@ -29,7 +29,7 @@ def paper():
 def _records(tmp_path, cfg):
     """A bench record for every bench job of ``cfg`` (failed starts: llama3-70b's draft model on vLLM, a tree on
     SGLang) and one profile."""
-    from specrepro.engine.jobs import engine_jobs
+    from specrepro.jobspec.jobs import engine_jobs
 
     paths = []
     for j in engine_jobs(cfg):

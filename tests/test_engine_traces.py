@@ -1,5 +1,5 @@
-"""Acceptance traces computed by vLLM (k = 20, one token kept per step; specrepro.engine.traces): the
-record-to-trace rules by hand, then real engines against the PyTorch oracle (specrepro.engine.oracle)
+"""Acceptance traces computed by vLLM (k = 20, one token kept per step; specrepro.engine.run.traces): the
+record-to-trace rules by hand, then real engines against the PyTorch oracle (specrepro.engine.models.oracle)
 and against vLLM's own counters, for Llama targets and for targets shaped like Llama-3.1 (rope scaling
 llama3) and Qwen3 (q/k norms); and the paper DAG's trace jobs on the experiment's GPUs."""
 
@@ -16,15 +16,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_smoke import K, MAX_TOKENS, engine_run, prompts, tiny_models  # noqa: E402
 
-from specrepro.engine.oracle import (  # noqa: E402
+from specrepro.engine.models.oracle import (  # noqa: E402
     acc_from_draft_argmax, acc_from_drafts, llama_forward, oracle_traces, run_lengths, _Model,
 )
-from specrepro.engine.traces import (  # noqa: E402
+from specrepro.engine.run.traces import (  # noqa: E402
     acc_from_records, counters_from_records, merge_trace_records, simulate_steps,
 )
-from specrepro.io import SpecReproError  # noqa: E402
-from specrepro.ngram import NgramParams, ngram_acc_lens  # noqa: E402
-from specrepro.traces import TraceRecord  # noqa: E402
+from specrepro.core.io import SpecReproError  # noqa: E402
+from specrepro.core.ngram import NgramParams, ngram_acc_lens  # noqa: E402
+from specrepro.core.traces import TraceRecord  # noqa: E402
 
 TRACE_K = 20
 

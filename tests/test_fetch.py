@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from specrepro.fetch import fetch_verified, resolve_source
-from specrepro.io import SpecReproError, sha256_file
+from specrepro.core.fetch import fetch_verified, resolve_source
+from specrepro.core.io import SpecReproError, sha256_file
 
 from conftest import REPO, released_trace
 

@@ -18,7 +18,7 @@ from matplotlib.colors import to_hex  # noqa: E402
 
 from specrepro import cli  # noqa: E402
 from specrepro.figures import style  # noqa: E402
-from specrepro.io import write_json  # noqa: E402
+from specrepro.core.io import write_json  # noqa: E402
 
 import _figread as fr  # noqa: E402
 from test_engine_figures import RUN_CONFIG as ENGINE_RC, engine_run  # noqa: E402,F401
@@ -224,7 +224,7 @@ def test_fig11_images_are_the_differences(traceset, monkeypatch):
 
 
 def test_fig07_boxes_are_the_request_percentiles(traceset, monkeypatch):
-    from specrepro.acceptance import request_mean_percentiles
+    from specrepro.analysis.acceptance import request_mean_percentiles
     from specrepro.figures._data import load_concat
 
     tmp_path, paths = traceset
@@ -409,7 +409,7 @@ def _today_table(monkeypatch, today, tmp_path):
 
 
 def test_tab_today_values_are_the_simulations_and_their_intervals(today, monkeypatch, tmp_path):
-    from specrepro.today import METHODS, PAPER_FIXED
+    from specrepro.analysis.today import METHODS, PAPER_FIXED
 
     t, tex = _today_table(monkeypatch, today, tmp_path)
     df = _all_summaries(today[1]).set_index(["dataset", "proposer", "policy", "batch_size"])

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from specrepro.io import write_json, write_parquet
-from specrepro.traces import load_tables
+from specrepro.core.io import write_json, write_parquet
+from specrepro.core.traces import load_tables
 
 from conftest import REPO, small_record, write_jsonl
 

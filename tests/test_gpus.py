@@ -12,7 +12,7 @@ import time
 
 
 from _infra import REPO, env_with, fake_apptainer
-from specrepro.gpus import lease_env, start_problem, visible_gpus
+from specrepro.core.gpus import lease_env, start_problem, visible_gpus
 
 
 def fake_smi(tmp_path, n):

@@ -14,8 +14,8 @@ from conftest import REPO, released_trace
 from specrepro import cli
 from specrepro.config import validate_schema
 from specrepro.figures.head_positions import dataset_rows, engine_rows, positions_past
-from specrepro.io import write_json, write_parquet
-from specrepro.traces import load_tables
+from specrepro.core.io import write_json, write_parquet
+from specrepro.core.traces import load_tables
 
 
 def _paper():

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from _infra import REPO
-from specrepro import hub
-from specrepro.io import SpecReproError
+from specrepro.core import hub
+from specrepro.core.io import SpecReproError
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 CONFIG = b'{"architectures": ["LlamaForCausalLM"]}\n'

@@ -12,11 +12,11 @@ import yaml
 
 from _infra import REPO, env_with
 from specrepro.config import config_problems, validate_schema
-from specrepro.engine.images import (
+from specrepro.jobspec.images import (
     IMAGE_NAMES, definition_path, deviation, engine_table, image_engine, image_vllm_version, job_image, min_driver,
     used_images,
 )
-from specrepro.engine.progress import Progress, duration
+from specrepro.engine.run.progress import Progress, duration
 
 
 @pytest.fixture(scope="module")

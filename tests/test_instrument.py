@@ -1,4 +1,4 @@
-"""The vLLM plugin (specrepro.engine.instrument): discovery without an installed specrepro, hook tables per
+"""The vLLM plugin (specrepro.engine.run.instrument): discovery without an installed specrepro, hook tables per
 engine version checked against the pinned engines' source, and the profile job on an engine without
 vLLM's profiler scopes (defect 1)."""
 
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from conftest import REPO, model_manifest_file, needs_vllm
-from specrepro.engine.hookcheck import PINNED_VLLM, check_tree, installed_tree
-from specrepro.engine.instrument import FAMILIES, family_for, parse_flags
+from specrepro.engine.check.hookcheck import PINNED_VLLM, check_tree, installed_tree
+from specrepro.engine.run.instrument import FAMILIES, family_for, parse_flags
 
 SRC = REPO / "src"
 
@@ -60,7 +60,7 @@ def test_entry_point_found_with_only_pythonpath_and_inert_without_the_switch():
 def test_pinned_engines_load_one_plugin_per_name(version):
     """The checkout's dist-info and an editable install's egg-info both declare ``specrepro``: the pinned
     engines load plugins into a dict keyed by entry-point name, so ``register`` runs once per process."""
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sources import source_tree
 
     try:
         root = source_tree("vllm", version)
@@ -74,7 +74,7 @@ def test_pinned_engines_load_one_plugin_per_name(version):
 def test_every_hook_exists_in_the_pinned_engines(version):
     """Defect 1: the profile job relied on profiler scopes that vLLM 0.10.1.1 and 0.34.0 do not have.
     Every internal the plugin wraps or reads exists there with the parameters it expects."""
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sources import source_tree
 
     try:
         root = source_tree("vllm", version)
@@ -92,8 +92,8 @@ def test_installed_engine_fits_its_hook_table():
 
 def _fake_tree(tmp_path, version):
     """The module files the hook table of ``version`` names, copied from the pinned sdist."""
-    from specrepro.engine.hookcheck import module_file
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.hookcheck import module_file
+    from specrepro.engine.check.sources import source_tree
 
     try:
         root = source_tree("vllm", version)
@@ -130,7 +130,7 @@ def test_a_renamed_hook_is_reported_with_the_engine_version(tmp_path):
 
 
 def test_every_family_names_existing_wrapper_kinds():
-    from specrepro.engine.instrument import _FACTORIES
+    from specrepro.engine.run.instrument import _FACTORIES
 
     for fam in FAMILIES:
         for h in fam.hooks:
@@ -197,7 +197,7 @@ def test_profile_job_without_the_plugin_names_the_plugin(tmp_path, tiny_target):
 
 TP_SCRIPT = r'''
 import json, os, sys, tempfile
-from specrepro.engine.instrument import StepLog, job_env, rpc_status
+from specrepro.engine.run.instrument import StepLog, job_env, rpc_status
 
 def main():
     target, draft = sys.argv[1], sys.argv[2]

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from _infra import REPO, snakemake
-from specrepro import integrity
-from specrepro.io import SpecReproError, read_json, read_parquet, write_json, write_parquet
+from specrepro.core import integrity
+from specrepro.core.io import SpecReproError, read_json, read_parquet, write_json, write_parquet
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_workflow_rebuilds_a_truncated_table(tmp_path):
 
 
 def test_atomic_dir_replaces_only_on_success(tmp_path):
-    from specrepro.io import atomic_dir
+    from specrepro.core.io import atomic_dir
 
     final = tmp_path / "model"
     final.mkdir()

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from specrepro.io import SpecReproError
-from specrepro.engine.memory import (
+from specrepro.core.io import SpecReproError
+from specrepro.engine.results.memory import (
     MEMORY_COLUMNS, count_parameters, drafter_parameters, kv_bytes_per_token, memory_table, model_memory,
 )
 

@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from specrepro.ngram import NgramParams, agreement, ngram_acc_lens, read_token_trace
-from specrepro.traces import TraceRecord, read_trace
+from specrepro.core.ngram import NgramParams, agreement, ngram_acc_lens, read_token_trace
+from specrepro.core.traces import TraceRecord, read_trace
 
 from conftest import REPO, SHARED_TRACES as TRACES
 
@@ -91,7 +91,7 @@ def test_matches_plain_rule_on_random_tokens(seed):
 
 
 def test_params_are_checked():
-    from specrepro.io import SpecReproError
+    from specrepro.core.io import SpecReproError
 
     with pytest.raises(SpecReproError, match="smaller than --min-n"):
         NgramParams(min_n=5, max_n=3)
@@ -151,7 +151,7 @@ def test_cli_malformed_trace_is_one_line(tmp_path):
 
 
 def test_read_token_trace_rejects_duplicate_ids(tmp_path):
-    from specrepro.traces import TraceFormatError
+    from specrepro.core.traces import TraceFormatError
 
     src = tmp_path / "dup.jsonl"
     line = json.dumps({"id": "a", "prompt_token_ids": [1], "generated_token_ids": [2]})

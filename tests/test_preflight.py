@@ -93,7 +93,7 @@ def test_disk_token_apptainer_driver(paper):
 
 def test_minimum_driver_is_each_images_own_label(paper):
     """Defect 7: the paper image's label asks for 570.26; a 560 driver was let through (a table said 525.60)."""
-    from specrepro.engine.images import image_definition
+    from specrepro.jobspec.images import image_definition
 
     assert image_definition("paper").labels["cuda.min_driver"] == "570.26"
     only_paper = copy.deepcopy(paper)
@@ -107,7 +107,7 @@ def test_minimum_driver_is_each_images_own_label(paper):
 def test_the_sglang_image_is_checked_like_the_vllm_ones(paper):
     """Fig. 2's SGLang image: its definition goes through the same Apptainer checks and its own label gives the
     driver minimum (its jobs cannot move to another image, so the fix is the driver)."""
-    from specrepro.engine.images import image_definition, parse_definition, used_images
+    from specrepro.jobspec.images import image_definition, parse_definition, used_images
 
     only = copy.deepcopy(paper)
     only["experiments"] = [e for e in paper["experiments"] if e.get("engine") == "sglang"]
@@ -124,7 +124,7 @@ def test_the_sglang_image_is_checked_like_the_vllm_ones(paper):
 
 def test_apptainer_must_accept_the_definitions(paper, tmp_path):
     """Defect 7: a tag together with a digest, a section the installed Apptainer lacks, not Apptainer at all."""
-    from specrepro.engine.images import image_definition, parse_definition
+    from specrepro.jobspec.images import image_definition, parse_definition
 
     good = image_definition("paper")
     text = (REPO / "containers" / "vllm-paper.def").read_text()

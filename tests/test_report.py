@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from specrepro import figures as figreg
-from specrepro.io import SpecReproError
-from specrepro.latex import tex_breakable, tex_escape
+from specrepro.core.io import SpecReproError
+from specrepro.core.latex import tex_breakable, tex_escape
 from specrepro.report import Item, latexmk, render
 
 from conftest import REPO
@@ -81,7 +81,7 @@ def test_latex_error_is_one_line(tmp_path):
 
 
 def test_methods_the_run_does_not_cover_are_named():
-    from specrepro.report import methods_not_run
+    from specrepro.figures.engine_exercise import methods_not_run
 
     cfg = {"experiments": [{"methods": [{"method": "none"}, {"method": "ngram"}, {"method": "eagle"},
                                         {"method": "eagle3"}, {"method": "draft_model"}]}]}
@@ -126,7 +126,7 @@ def test_report_names_the_paper_experiment_of_each_standin(tmp_path):
 
 def evaluated_claims():
     """A claims table as specrepro claims writes it: two figures, every status, an ordering, headlines."""
-    from specrepro.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED
+    from specrepro.analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED
 
     def row(i, group, status, kind="value", headline=False, **kw):
         base = {"id": f"C{i}", "group": group, "kind": kind, "statement": f"claim {i}", "paper_value": 1.5,

@@ -17,11 +17,11 @@ import yaml  # noqa: E402
 
 from specrepro import figures as figreg  # noqa: E402
 from specrepro import report as rep  # noqa: E402
-from specrepro.claims import evaluate, load_claims  # noqa: E402
+from specrepro.analysis.claims import evaluate, load_claims  # noqa: E402
 from specrepro.figures import style  # noqa: E402
-from specrepro.io import SpecReproError  # noqa: E402
-from specrepro.layout import MIN_REQUESTS, label_page, overfull_boxes, page_fill, sparse_pages, text_overlaps  # noqa: E402
-from specrepro.uncertainty import CI_HIGH, CI_LOW, SAME_SAMPLE  # noqa: E402
+from specrepro.core.io import SpecReproError  # noqa: E402
+from specrepro.core.layout import MIN_REQUESTS, label_page, overfull_boxes, page_fill, sparse_pages, text_overlaps  # noqa: E402
+from specrepro.core.uncertainty import CI_HIGH, CI_LOW, SAME_SAMPLE  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 
@@ -214,7 +214,7 @@ def test_layout_checks_fail_on_a_too_wide_table_and_a_near_blank_page(tmp_path):
 def test_fit_width_scales_a_wide_table_down_to_the_text_width(tmp_path):
     """Tables whose columns come from the run (today's methods, each model's experiments) go through
     latex.fit_width: the 11-column today's-engines table ran 106 pt into the margin on a CPU run."""
-    from specrepro.latex import fit_width
+    from specrepro.core.latex import fit_width
 
     wide = ["\\begin{tabular}{" + "l" * 12 + "}", " & ".join(["a-rather-long-cell"] * 12) + "\\\\", "\\end{tabular}"]
     narrow = ["\\begin{tabular}{ll}", "a & b\\\\", "\\end{tabular}"]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from specrepro.cli import main
-from specrepro.io import write_json
+from specrepro.core.io import write_json
 
 from conftest import small_record, write_jsonl
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specrepro.claims import load_claims
-from specrepro.costmodel import load_cost_model
-from specrepro.simulator import NGRAM_MATCH_PROB, PAPER_POLICIES, SimSpec, Workload, metrics_from_summaries, simulate
-from specrepro.traces import read_trace
+from specrepro.analysis.claims import load_claims
+from specrepro.core.costmodel import load_cost_model
+from specrepro.sim.simulator import NGRAM_MATCH_PROB, PAPER_POLICIES, SimSpec, Workload, metrics_from_summaries, simulate
+from specrepro.core.traces import read_trace
 
 from conftest import REPO, released_trace
 
@@ -66,7 +66,7 @@ def test_headline_values(paper_grid):
 
 def test_orderings_and_their_intervals(paper_grid):
     """The ordering claims of Figs. 10 and 12 hold on the paper's draw; every value has its interval."""
-    from specrepro.claims import REPRODUCED, status_from_interval
+    from specrepro.analysis.claims import REPRODUCED, status_from_interval
 
     orders = [c for c in load_claims(REPO / "paper" / "claims.yaml")
               if c.kind == "ordering" and c.evidence == "simulator"]

@@ -10,13 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from specrepro.costmodel import load_cost_model
-from specrepro.io import SpecReproError
-from specrepro.simulator import (
+from specrepro.core.costmodel import load_cost_model
+from specrepro.core.io import SpecReproError
+from specrepro.sim.simulator import (
     NGRAM_MATCH_PROB, PAPER_POLICIES, SimSpec, Workload, build_specs, draw_requests, metric_key,
     simulate, simulate_reference, walk, _numpy_stream,
 )
-from specrepro.traces import TraceRecord, read_trace
+from specrepro.core.traces import TraceRecord, read_trace
 
 from conftest import REPO, ROUND_COST, SHARED_TRACES as TRACES, needs_traces
 
@@ -272,7 +272,7 @@ def test_cli_malformed_trace(tmp_path, line, message):
 
 
 def test_speedup_interval_is_the_paired_bootstrap_of_the_batches(workloads):
-    from specrepro.uncertainty import bootstrap_ratio_ci
+    from specrepro.core.uncertainty import bootstrap_ratio_ci
 
     cost = load_cost_model("llama3.1-8b-h100")
     spec = SimSpec("ngram", "fixed-3", ngram_match_prob=0.4, num_requests=40)
@@ -293,7 +293,7 @@ def test_continuous_batching_has_no_interval(workloads):
 
 
 def test_metrics_carry_intervals_and_the_paper_draw():
-    from specrepro.simulator import PAPER_DRAW, metrics_from_summaries
+    from specrepro.sim.simulator import PAPER_DRAW, metrics_from_summaries
 
     assert PAPER_DRAW == {"num_requests": 300, "seed": 42}
     row = {"dataset": "cnn", "proposer": "eagle", "policy": "oracle", "batch_size": 1, "speedup": 2.0,

@@ -1,4 +1,4 @@
-"""Sizing a run from per-request variance (specrepro.sizing): the arithmetic on hand-computed cases, the margin's
+"""Sizing a run from per-request variance (specrepro.analysis.sizing): the arithmetic on hand-computed cases, the margin's
 promise checked by simulation, the quick config's bill and claims, pilot spreads, the validation study's
 coverage on cases with a known answer, and the plan's output."""
 
@@ -18,10 +18,10 @@ import pytest
 import yaml
 from conftest import SHARED_TRACES
 
-from specrepro import sizing
-from specrepro.claims import REPRODUCED, Claim, load_claims, status_from_interval
+from specrepro.analysis import sizing
+from specrepro.analysis.claims import REPRODUCED, Claim, load_claims, status_from_interval
 from specrepro.plan import plan_jobs
-from specrepro.uncertainty import bootstrap_ratio_ci
+from specrepro.core.uncertainty import bootstrap_ratio_ci
 
 REPO = Path(__file__).resolve().parents[1]
 QUICK = REPO / "config" / "paper-quick.yaml"
@@ -243,7 +243,7 @@ def _points(rows):
 
 def test_a_pilot_runs_spread_replaces_the_traces(tmp_path, proxy):
     """Bench points of a previous run with known throughputs: the sizing uses their spread and estimate."""
-    from specrepro.io import write_parquet
+    from specrepro.core.io import write_parquet
 
     sd = [150.0, 170.0, 160.0, 180.0, 140.0, 160.0]
     base = [100.0] * 6
@@ -388,7 +388,7 @@ def test_plan_prints_jobs_claims_and_both_totals(proxy):
 
 
 def test_plan_refuses_a_trace_that_is_not_the_released_one(tmp_path):
-    from specrepro.io import SpecReproError
+    from specrepro.core.io import SpecReproError
 
     cfg = sizing.load_config(QUICK)
     (tmp_path / "gsm8k.jsonl").write_text('{"id": "x"}\n')
@@ -500,7 +500,7 @@ def test_each_sized_claim_names_the_trace_that_stood_in(proxy):
 def test_profiled_passes_take_their_experiments_requests():
     """experiments[].profile_num_requests sizes one experiment's profiled passes (default profiling.num_requests):
     the jobs' specs and the plan's points follow it."""
-    from specrepro.engine.jobs import bench_spec
+    from specrepro.jobspec.jobs import bench_spec
 
     cfg = sizing.load_config(QUICK)
     assert bench_spec(cfg, "llama3.1-8b", "eagle-k3", profile=True)["num_requests"] == 213

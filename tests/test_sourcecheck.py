@@ -15,9 +15,9 @@ import yaml
 
 from _infra import REPO, env_with
 from specrepro.config import validate_schema
-from specrepro.engine.images import IMAGE_NAMES, METHOD_SUPPORT, OPTIONS, image_packages, image_vllm_version
-from specrepro.engine.jobs import engine_args
-from specrepro.engine.sourcecheck import check_job, check_records, counter_problems, method_problem, pinned_vllm_facts
+from specrepro.jobspec.images import IMAGE_NAMES, METHOD_SUPPORT, OPTIONS, image_packages, image_vllm_version
+from specrepro.jobspec.jobs import engine_args
+from specrepro.engine.check.sourcecheck import check_job, check_records, counter_problems, method_problem, pinned_vllm_facts
 
 VERSIONS = ("0.10.1.1", "0.11.1", "0.34.0")
 
@@ -154,7 +154,7 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_support_table_agrees_with_the_source(version):
-    """specrepro.engine.images.METHOD_SUPPORT (the config-time check) says what each version's source says, with
+    """specrepro.jobspec.images.METHOD_SUPPORT (the config-time check) says what each version's source says, with
     the packages of the image that installs that version; k_by_batch_size: whether SpeculativeConfig has the field."""
     facts = pinned_vllm_facts(version)
     (image,) = [n for n in IMAGE_NAMES if image_vllm_version(n) == version]
@@ -193,7 +193,7 @@ def test_suffix_jobs_turn_the_cross_request_corpus_off(records):
     """Item 12: vLLM 0.34.0's suffix decoding matches against earlier requests' outputs unless
     suffix_decoding_max_cached_requests is 0 (the value its speculator gates the corpus on); a job leaving the
     default (10000) is caught, naming the value and the line; 0.11.1's source shows no such value."""
-    from specrepro.engine.sourcecheck import pinned_suffix_corpus_facts, suffix_corpus_problem
+    from specrepro.engine.check.sourcecheck import pinned_suffix_corpus_facts, suffix_corpus_problem
 
     assert pinned_suffix_corpus_facts("0.34.0") == (10000, 0, "vllm/v1/worker/gpu/spec_decode/suffix/speculator.py:538")
     jobs = [r for r in records if (r["llm_kwargs"] or {}).get("speculative_config", {}).get("method") == "suffix"]
@@ -293,8 +293,8 @@ def test_the_qwen3_eagle3_head_is_checked_against_each_model_registry(paper, rec
 def test_registry_facts_are_read_from_the_sdists():
     """What the architecture check relies on, in each version's own files: the registry entry, EAGLEConfig's rename,
     and 0.10.1.1's own e2e test running the Llama-3.1 EAGLE-3 head (that of Qwen3-8B commented out)."""
-    from specrepro.engine.sourcecheck import loaded_architecture
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sourcecheck import loaded_architecture
+    from specrepro.engine.check.sources import source_tree
 
     has = {v: pinned_vllm_facts(v).architectures for v in VERSIONS}
     assert ["LlamaForCausalLMEagle3" in has[v] for v in VERSIONS] == [False, True, True]
@@ -318,8 +318,8 @@ def test_registry_facts_are_read_from_the_sdists():
 def test_a_declared_architecture_is_checked_against_the_downloaded_config(paper, tmp_path):
     """Where a manifest exists, the config's architecture (and a head's max_position_embeddings) must be its
     config.json's: source-check says which key to fix, and the job stops before vLLM."""
-    from specrepro.engine.args import BenchSpec, declared_model_problems
-    from specrepro.engine.jobs import bench_spec, job_record, EngineJob
+    from specrepro.jobspec.args import BenchSpec, declared_model_problems
+    from specrepro.jobspec.jobs import bench_spec, job_record, EngineJob
 
     head = tmp_path / "hub" / "head"
     head.mkdir(parents=True)
@@ -353,7 +353,7 @@ def test_a_declared_architecture_is_checked_against_the_downloaded_config(paper,
 def test_trace_and_profile_jobs_set_the_scheduling_they_assume(records):
     """Item 2: vLLM 0.34.0 schedules asynchronously by default (read from its sdist); every trace and profile job
     passes async_scheduling=False, and the check catches a trace job on 0.34 that does not."""
-    from specrepro.engine.images import ASYNC_SCHEDULING_DEFAULT
+    from specrepro.jobspec.images import ASYNC_SCHEDULING_DEFAULT
 
     assert {v: pinned_vllm_facts(v).async_default for v in VERSIONS} == ASYNC_SCHEDULING_DEFAULT == {
         "0.10.1.1": False, "0.11.1": False, "0.34.0": True}
@@ -377,7 +377,7 @@ def test_trace_and_profile_jobs_set_the_scheduling_they_assume(records):
 
 def test_vllm_use_v1_goes_only_to_the_vllm_that_reads_it(records):
     """Item 5: VLLM_USE_V1 is read by 0.10.1.1 only (0.11.1 and 0.34.0's envs.py have no such variable)."""
-    from specrepro.engine.images import VLLM_ENV_READ
+    from specrepro.jobspec.images import VLLM_ENV_READ
 
     for var, versions in VLLM_ENV_READ.items():
         assert tuple(v for v in VERSIONS if var in pinned_vllm_facts(v).env_vars) == versions
@@ -389,13 +389,13 @@ def test_vllm_use_v1_goes_only_to_the_vllm_that_reads_it(records):
     rec["env"]["VLLM_USE_V1"] = "1"  # what every job passed before
     assert check_job(rec, pinned_vllm_facts("0.34.0")) == [
         f"{rec['job']}: env VLLM_USE_V1 is not a variable this vLLM reads (vllm/envs.py): leave it out "
-        "(specrepro.engine.images.VLLM_ENV_READ) (vLLM 0.34.0)"]
+        "(specrepro.jobspec.images.VLLM_ENV_READ) (vLLM 0.34.0)"]
 
 
 def test_an_eagle_head_past_its_positions_is_caught(paper, records, tmp_path):
     """Item 3: the Llama-3.1 EAGLE-3 head serves 2048 positions; 0.10.1.1 and 0.11.1 do not raise them (0.34.0
     does, read from each sdist), so its jobs there must run at max_model_len <= 2048."""
-    from specrepro.engine.images import EXTENDS_DRAFT_POSITIONS
+    from specrepro.jobspec.images import EXTENDS_DRAFT_POSITIONS
 
     assert {v: pinned_vllm_facts(v).extends_draft_positions for v in VERSIONS} == EXTENDS_DRAFT_POSITIONS
     before, _ = check_records(engine_args(_todays(paper), tmp_path))

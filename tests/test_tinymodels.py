@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import engine_smoke  # noqa: E402
 from engine_smoke import K, MAX_TOKENS, engine_run, tiny_models  # noqa: E402
 
-from specrepro.io import SpecReproError, read_json  # noqa: E402
-from specrepro.engine.standins import SPECIAL_TOKENS, add_cli, build_model  # noqa: E402
+from specrepro.core.io import SpecReproError, read_json  # noqa: E402
+from specrepro.engine.models.standins import SPECIAL_TOKENS, add_cli, build_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = sorted((REPO / "config" / "prompts").glob("*.jsonl"))
@@ -29,7 +29,7 @@ def _files(d: Path) -> dict[str, bytes]:
 def test_build_is_deterministic(tmp_path):
     build_model("tiny-llama", tmp_path / "a", corpus=CORPUS)
     # a second process (hash seeds, thread pools) builds the same bytes
-    code = (f"from specrepro.engine.standins import build_model; "
+    code = (f"from specrepro.engine.models.standins import build_model; "
             f"build_model('tiny-llama', {str(tmp_path / 'b')!r}, corpus={[str(c) for c in CORPUS]!r})")
     subprocess.run([sys.executable, "-c", code], check=True)
     a, b = _files(tmp_path / "a"), _files(tmp_path / "b")

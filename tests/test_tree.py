@@ -16,16 +16,16 @@ import yaml
 
 from conftest import REPO
 from specrepro.config import ConfigError, check_config, validate_schema
-from specrepro.engine.args import BenchSpec, config_label, experiment_configs, speculative_config
-from specrepro.engine.jobs import bench_spec
-from specrepro.engine.sglang import (SchedulerFailed, drafter_view, engine_kwargs, job_spec, point_from_outputs,
+from specrepro.jobspec.args import BenchSpec, config_label, experiment_configs, speculative_config
+from specrepro.jobspec.jobs import bench_spec
+from specrepro.engine.run.sglang import (SchedulerFailed, drafter_view, engine_kwargs, job_spec, point_from_outputs,
                                      request_counters, run_sweep, sampling_params)
-from specrepro.engine.sources import source_tree
-from specrepro.engine.sourcecheck_sglang import (job_problems, sglang_problems, tree_jobs, vllm_attention_backends,
+from specrepro.engine.check.sources import source_tree
+from specrepro.engine.check.sourcecheck_sglang import (job_problems, sglang_problems, tree_jobs, vllm_attention_backends,
                                                  vllm_speculative_fields, vllm_tree_problems)
-from specrepro.engine.trees import (VLLM_TREE_VERSIONS, sglang_candidates, sglang_spec_args, tree_problems,
+from specrepro.jobspec.trees import (VLLM_TREE_VERSIONS, sglang_candidates, sglang_spec_args, tree_problems,
                                     vllm_levels, vllm_token_tree)
-from specrepro.io import SpecReproError, read_parquet
+from specrepro.core.io import SpecReproError, read_parquet
 
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 TREE6 = {"depth": 3, "branching": 2}
@@ -197,7 +197,7 @@ def test_tree_args_verb_lists_and_checks(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
     assert len(lines) == 16
-    # the rule runs exactly this spec (engine_sglang_bench --spec = specrepro.engine.jobs.bench_spec)
+    # the rule runs exactly this spec (engine_sglang_bench --spec = specrepro.jobspec.jobs.bench_spec)
     assert job_spec(cfg, "tree-qwen3-8b-sglang", "eagle3-k3") == BenchSpec.from_json(
         bench_spec(cfg, "tree-qwen3-8b-sglang", "eagle3-k3"))
     cfg["sglang"] = {"attention_backend": {"tree": "flash_infer"}}
@@ -520,7 +520,7 @@ def test_fig01_leaves_the_tree_study_out():
 
 
 def test_fig2_claims_name_the_figure_keys():
-    from specrepro.claims import load_claims
+    from specrepro.analysis.claims import load_claims
 
     claims = [c for c in load_claims(REPO / "paper" / "claims.yaml") if c.id.startswith("F2-")]
     assert len(claims) == 30 and {c.evidence for c in claims} == {"engine"}
@@ -552,7 +552,7 @@ def test_sglang_job_runs_the_spec_tree_args_lists(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     assert proc.returncode == 0, proc.stderr[-2000:]
     cmd = next(ln for ln in proc.stdout.splitlines() if "specrepro sglang-bench" in ln)
-    # on GPUs of its own, as the vLLM jobs (specrepro.gpus)
+    # on GPUs of its own, as the vLLM jobs (specrepro.core.gpus)
     assert cmd.split(": ", 1)[1].startswith("specrepro with-gpus 1 --lease-dir ")
     words = shlex.split(cmd.split("specrepro sglang-bench", 1)[1].split(" 2> ")[0])
     spec = json.loads(words[words.index("--spec") + 1])
@@ -592,7 +592,7 @@ def test_an_image_without_the_tree_path_runs_no_vllm_tree_job(tmp_path):
 def test_fig2_captions_state_vllms_chain_verification_and_sglangs_scheduler():
     """Item 14: both captions say vLLM's tree path verifies the tree as a chain (and cite where), and that SGLang
     runs no SD with its overlap scheduler and SD without; the facts are read from the pinned sources."""
-    from specrepro.engine.sourcecheck_sglang import overlap_forced_off_line
+    from specrepro.engine.check.sourcecheck_sglang import overlap_forced_off_line
     from specrepro.figures.engine_tree import SPEC as FIG
     from specrepro.figures.engine_tree_table import SPEC as TAB
 
@@ -642,7 +642,7 @@ VALUE_CASES = [
 def test_sglang_values_are_checked_against_their_meaning_and_the_experiment(change, expected):
     """Item 14: SGLang's ServerArgs takes these values without complaint (its own checks are about nnodes,
     pipeline parallelism, LoRA ...); the source check holds them against what they mean and the batch sizes."""
-    from specrepro.engine.sourcecheck_sglang import record_problems, sglang_value_problems
+    from specrepro.engine.check.sourcecheck_sglang import record_problems, sglang_value_problems
 
     good = {**GOOD, "max_running_requests": 128, "disable_overlap_schedule": True}
     assert sglang_value_problems(good, [1, 16, 64, 128], 1) == []
@@ -657,7 +657,7 @@ def test_sglang_values_are_checked_against_their_meaning_and_the_experiment(chan
 
 
 def test_no_cuda_graph_cap_without_cuda_graphs_and_the_h100_default():
-    from specrepro.engine.sourcecheck_sglang import sglang_value_problems
+    from specrepro.engine.check.sourcecheck_sglang import sglang_value_problems
 
     good = {**GOOD, "max_running_requests": 512, "disable_overlap_schedule": True}
     # SGLang's default cap on an 80 GB H100: 256 below tp_size 4, 512 from it

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from specrepro.engine.metrics import normalise
+from specrepro.engine.results.metrics import normalise
 from specrepro.figures import engine_trends as T
 
 TEMPLATES = {"code": "instructcoder", "news": "cnn", "chat": "sharegpt", "math": "gsm8k"}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from specrepro.uncertainty import bootstrap_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from specrepro.core.uncertainty import bootstrap_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
 
 
 def test_constant_values_give_a_zero_width_interval():
@@ -60,7 +60,7 @@ def test_pooled_ratio():
 
 # --- extensions: functions of several means, quantiles, pooled quantiles, metrics keys ------------------
 
-from specrepro.uncertainty import (  # noqa: E402
+from specrepro.core.uncertainty import (  # noqa: E402
     Interval, bootstrap_function_ci, bootstrap_pooled_quantiles_ci, bootstrap_quantiles_ci, envelope, interval_metrics,
     interval_of, requests_for_half_width, _indices,
 )

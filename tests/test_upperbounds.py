@@ -11,11 +11,13 @@ import pandas as pd
 import pytest
 
 from conftest import ROUND_COST
-from specrepro.costmodel import load_cost_model
-from specrepro.engine import closedloop, enginesim, modelfit
-from specrepro.io import SpecReproError
-from specrepro.simulator import SimSpec, Workload, baseline_latency, simulate, simulate_reference
-from specrepro.traces import TraceRecord
+from specrepro.core.costmodel import load_cost_model
+from specrepro.analysis import closedloop
+from specrepro.analysis import enginesim
+from specrepro.engine.results import modelfit
+from specrepro.core.io import SpecReproError
+from specrepro.sim.simulator import SimSpec, Workload, baseline_latency, simulate, simulate_reference
+from specrepro.core.traces import TraceRecord
 
 
 # --- the closed loop's join ---------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Write the bands of the registry's time-share claims (Fig. 4, the draft-to-target forward ratios) from the rule of
-specrepro.claims.band_from_spread: the paper's rounding plus the spread of its 500-request measurement.
+specrepro.analysis.claims.band_from_spread: the paper's rounding plus the spread of its 500-request measurement.
 
     python tools/fig4_bands.py --traces ../shared/traces/llama3.1-8B-H100 [--write]
 
 Per claim: ``tolerance_from`` (resolution kept from the registry, else 0.05 = half the last digit Fig. 4 prints;
-spread from the released traces through the simulator's cost model, specrepro.sizing.claim_spread; requests =
+spread from the released traces through the simulator's cost model, specrepro.analysis.sizing.claim_spread; requests =
 config/paper.yaml's profiling.num_requests, the paper's 500) and ``tolerance: {abs: <band>}``. Without --write it
 prints the table. n-gram drafting shares are upper bounds (their lookup runs on the host CPU).
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import yaml
 
-from specrepro import sizing
-from specrepro.claims import band_from_spread, load_claims
+from specrepro.analysis import sizing
+from specrepro.analysis.claims import band_from_spread, load_claims
 
 REPO = Path(__file__).resolve().parents[1]
 REGISTRY = REPO / "paper" / "claims.yaml"

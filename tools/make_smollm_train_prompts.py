@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from specrepro.prompts import TEMPLATES  # noqa: E402
+from specrepro.core.prompts import TEMPLATES  # noqa: E402
 
 OUT = Path(__file__).resolve().parents[1] / "config" / "prompts" / "smollm" / "train.jsonl"
 PER_WORKLOAD = 40

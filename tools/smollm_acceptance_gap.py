@@ -2,7 +2,7 @@
 
     python tools/smollm_acceptance_gap.py --run-dir <a finished CPU run> [--more 4]   # under the heavy lock
 
-Walks, with the training's host-side rule (specrepro.engine.oracle, k = 3, tokens per step as vLLM counts them):
+Walks, with the training's host-side rule (specrepro.engine.models.oracle, k = 3, tokens per step as vLLM counts them):
 
 1. the held-out requests of the training data, with the stored (bf16) and with float32 target hidden states, whole
    and cut to the benchmark's 32 output tokens (positions, dtype);
@@ -31,11 +31,11 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
-    from specrepro.engine import drafters as D
-    from specrepro.engine.oracle import _EagleHead, _Model, acc_from_drafts, llama_forward
-    from specrepro.engine.traces import simulate_steps
-    from specrepro.io import read_parquet
-    from specrepro.uncertainty import bootstrap_pooled_ratio_ci
+    from specrepro.engine.models import drafters as D
+    from specrepro.engine.models.oracle import _EagleHead, _Model, acc_from_drafts, llama_forward
+    from specrepro.engine.run.traces import simulate_steps
+    from specrepro.core.io import read_parquet
+    from specrepro.core.uncertainty import bootstrap_pooled_ratio_ci
 
     torch.set_num_threads(1)
     root = a.run_dir / "resources" / "models" / a.model

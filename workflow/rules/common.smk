@@ -20,16 +20,16 @@ sys.path.insert(0, str(REPO / "src"))
 
 
 from specrepro.config import config_hash, config_problems, schema_error_from_workflow_error  # noqa: E402
-from specrepro.fetch import resolve_source  # noqa: E402
-from specrepro.io import SpecReproError  # noqa: E402
-from specrepro.cluster import engine_resources as _engine_resources  # noqa: E402
-from specrepro.integrity import quarantine, scan  # noqa: E402
-from specrepro.engine import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
-from specrepro.engine import jobs as _jobs  # noqa: E402
-from specrepro.engine.args import TRACE_K, TRACEABLE, trace_label  # noqa: E402
-from specrepro.engine.images import IMAGE_NAMES, image_stem, job_image, trace_image as _trace_image, used_images as _used_images  # noqa: E402
-from specrepro.engine.trees import experiment_engine, tree_study  # noqa: E402
-from specrepro.layout import MIN_REQUESTS, PER_REQUEST  # noqa: E402
+from specrepro.core.fetch import resolve_source  # noqa: E402
+from specrepro.core.io import SpecReproError  # noqa: E402
+from specrepro.core.cluster import engine_resources as _engine_resources  # noqa: E402
+from specrepro.core.integrity import quarantine, scan  # noqa: E402
+from specrepro.jobspec import METHOD_LABELS, experiment_configs, profiled_datasets  # noqa: E402
+from specrepro.jobspec import jobs as _jobs  # noqa: E402
+from specrepro.jobspec.args import TRACE_K, TRACEABLE, trace_label  # noqa: E402
+from specrepro.jobspec.images import IMAGE_NAMES, image_stem, job_image, trace_image as _trace_image, used_images as _used_images  # noqa: E402
+from specrepro.jobspec.trees import experiment_engine, tree_study  # noqa: E402
+from specrepro.core.layout import MIN_REQUESTS, PER_REQUEST  # noqa: E402
 
 
 def stop(message):
@@ -170,7 +170,7 @@ def drafter_of(exp, method):
 
 
 def engine_trace_methods(exp):
-    """Methods of an experiment whose per-position traces the run computes (k = 20 engines; specrepro.engine.jobs)."""
+    """Methods of an experiment whose per-position traces the run computes (k = 20 engines; specrepro.jobspec.jobs)."""
     return _jobs.trace_methods(config, exp)
 
 

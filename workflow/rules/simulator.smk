@@ -8,7 +8,7 @@
 #   fig9/<dataset>.bleu.csv         BLEU-4 of every request's output against its prompt
 #   suffix/<dataset>.jsonl          the trace with acc_suffix (suffix decoding recomputed from tokens)
 #   today/kgrid/<dataset>.csv       fixed k = each of simulator.today.k_candidates, n-gram, EAGLE, suffix
-#   today/schedule.json             k by batch size chosen from the grids (specrepro.today)
+#   today/schedule.json             k by batch size chosen from the grids (specrepro.analysis.today)
 #   today/<dataset>.csv             k by batch size (held-out schedules) of n-gram, EAGLE and suffix
 #   today/<dataset>.suffix.csv      suffix with fixed k and the oracle; Oracle Combine of n-gram, EAGLE, suffix
 # and the metrics results/metrics/simulator-<trace set>.json (keys sim.<trace set>....) for the claims.
@@ -300,7 +300,7 @@ rule fig_sim_beyond:
         " --summaries {input.summaries} {input.variants} -o {output} 2> {log}"
 
 
-# --- the paper's question on today's engines (specrepro.today, specrepro.suffix) -----------------
+# --- the paper's question on today's engines (specrepro.analysis.today, specrepro.core.suffix) -----------------
 
 
 rule suffix_trace:

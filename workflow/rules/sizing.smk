@@ -1,4 +1,4 @@
-# The sizing rule of the quick GPU run (specrepro.sizing) checked on the released traces: every simulator
+# The sizing rule of the quick GPU run (specrepro.analysis.sizing) checked on the released traces: every simulator
 # headline claim and every stand-in of a sized engine claim of `sizing.sized_config`, subsampled at the
 # requests the rule gives it. Outputs:
 #   results/sizing/<trace set>/validation.csv     coverage, half-widths, decisions per quantity

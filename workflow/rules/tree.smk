@@ -14,7 +14,7 @@ rule engine_sglang_bench:
         points="results/engine/{exp}/bench/{config}.parquet",
         meta="results/engine/{exp}/bench/{config}.json",
     params:
-        # the spec of every engine job (specrepro.engine.jobs.bench_spec), so what engine-args lists is what runs
+        # the spec of every engine job (specrepro.jobspec.jobs.bench_spec), so what engine-args lists is what runs
         spec=lambda wc: bench_spec(wc),
         sglang=json.dumps(config.get("sglang") or {}, sort_keys=True),
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",

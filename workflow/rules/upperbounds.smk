@@ -1,9 +1,9 @@
 # The paper's upper-bound analysis (Figs. 10, 12) for every experiment with engine traces, on its own cost model,
 # checked against its own measured speedups (closed loop). Every job reads only its experiment's bench, profile and
 # trace outputs: no engine job, no GPU time (specrepro plan bills nothing for these).
-#   results/engine/<exp>/cost_model.yaml            specrepro.engine.modelfit (profiled steps; bench wall times without)
-#   results/simulator/engine-<exp>/upper_bounds.csv  specrepro.engine.enginesim (fixed k, oracle, Oracle Combine, beyond)
-#   results/simulator/engine-<exp>/closed_loop.csv   specrepro.engine.closedloop (simulated vs measured, same key)
+#   results/engine/<exp>/cost_model.yaml            specrepro.engine.results.modelfit (profiled steps; bench wall times without)
+#   results/simulator/engine-<exp>/upper_bounds.csv  specrepro.analysis.enginesim (fixed k, oracle, Oracle Combine, beyond)
+#   results/simulator/engine-<exp>/closed_loop.csv   specrepro.analysis.closedloop (simulated vs measured, same key)
 
 include: "helpers/upperbounds.smk"
 

@@ -1,13 +1,5 @@
-"""Engine runs on real vLLM: job arguments, benchmark sweeps, counters, profiled passes, acceptance
-traces, memory, cost-model fit and the stand-in models of the CPU run.
-
-Only the configuration-level names are re-exported here (no vLLM, torch or pandas import), so the
-workflow and ``specrepro plan`` can use them cheaply.
+"""Engine runs on real vLLM and SGLang, by concern: ``run`` (running engines: sweeps, profiled passes, acceptance
+traces, the plugin's wrappers), ``check`` (engine arguments and hooks against the pinned engines' source),
+``models`` (building models: stand-ins, GGUF conversion, trained drafters, the PyTorch oracle) and ``results``
+(analysing engine results: metrics, cost fits, memory). What a job is and passes is :mod:`specrepro.jobspec`.
 """
-
-from .args import (
-    METHOD_LABELS, PROFILED_K, SD_METHODS, BenchSpec, config_label, experiment_configs, profiled_datasets, profiled_requests,
-)
-
-__all__ = ["METHOD_LABELS", "PROFILED_K", "SD_METHODS", "BenchSpec", "config_label", "experiment_configs",
-           "profiled_datasets", "profiled_requests"]

@@ -11,8 +11,9 @@ import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import style as _style
-from ..engine.trees import experiment_engine, tree_study
+from ..jobspec import METHOD_LABELS as _ENGINE_METHOD_LABELS
+from ..jobspec.trees import experiment_engine, tree_study
+from ..core.io import SpecReproError
 
 #: modules of this package that define a figure or table (the report's order is specrepro.report.SECTIONS)
 MODULES = (
@@ -131,7 +132,7 @@ class TraceContext:
 ENGINE_SUBJECT = "engine"
 
 #: engine methods and their labels, in display order
-ENGINE_METHODS = {k: v for k, v in _style.METHOD_LABELS.items() if k != "combined"}
+ENGINE_METHODS = dict(_ENGINE_METHOD_LABELS)
 
 
 def engine_context(run_config: dict) -> TraceContext:
@@ -177,8 +178,6 @@ def trace_context(run_config: dict, traceset: str) -> TraceContext:
                             dataset_labels={}, proposers={}, params=dict(run_config.get("figures", {})),
                             run_kind=str(run_config.get("run", {}).get("kind", "")))
     if traceset not in sets:
-        from ..io import SpecReproError
-
         raise SpecReproError(f"trace set {traceset!r} is not in the run config (known: {', '.join(sorted(sets))})")
     ts = sets[traceset]
     ds = run_config.get("datasets", {})

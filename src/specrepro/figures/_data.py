@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..io import read_parquet
+from ..core.io import read_parquet
 
 
 def load_concat(paths: Sequence[str | Path]) -> pd.DataFrame:

@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from . import style
-from ..io import read_json
+from ..core.io import read_json
 
 #: every proposer of an engine experiment that is not one method: labels
 COMBINED_LABEL = "Oracle Combine (all)"

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..io import SpecReproError
+from ..core.errors import SpecReproError
+from ..analysis.claims import load_claims
 
 #: policy -> (label, colour, marker, line style); the paper's Fig. 10 assignment
 POLICY_STYLE = {
@@ -61,7 +62,6 @@ def paper_values(registry: str | Path | None, traceset: str) -> dict[str, float]
     """The paper's simulator values by metric key, from the claims registry (empty without one)."""
     if not registry:
         return {}
-    from ..claims import load_claims
 
     prefix = f"sim.{traceset}."
     return {c.measured_by: c.plotted_value for c in load_claims(registry)

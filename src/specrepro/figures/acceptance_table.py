@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from .. import acceptance
-from ..io import write_csv, write_json, write_text
-from ..latex import tex_escape
+from ..analysis import acceptance
+from ..core.io import write_csv, write_json, write_text
+from ..core.latex import tex_escape
 from ._data import load_concat
 
 SPEC = FigureSpec(

@@ -7,10 +7,10 @@ import math
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..claims import load_claims
+from ..analysis.claims import load_claims
 from ..analysis.digitise.agreement import agreement, load_image_origins, nearest_tolerance, summary
-from ..io import SpecReproError, write_csv, write_text
-from ..latex import tex_escape
+from ..core.io import SpecReproError, write_csv, write_text
+from ..core.latex import tex_escape
 
 SPEC = FigureSpec(
     name="tab_digitiser",
@@ -18,7 +18,7 @@ SPEC = FigureSpec(
     title="The paper's figures read independently",
     paper_ref="Figs. 1, 3, 10, 12",
     caption=(
-        "Values read from the paper's figure images by specrepro.digitise, which knows no registry or simulator "
+        "Values read from the paper's figure images by specrepro.analysis.digitise, which knows no registry or simulator "
         "value: axes calibrated from the tick marks and their labels (read glyph by glyph), series identified by "
         "the legend's colour, marker shape and label, markers found by template matching and bars by their top "
         "edges (images checked against the SHA-256 values of the config's paper_figures). Found: markers or bars "

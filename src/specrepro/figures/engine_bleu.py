@@ -10,9 +10,9 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine.metrics import bleu_relative_table as relative_table
+from ..engine.results.metrics import bleu_relative_table as relative_table
 from .engine_speedup import draw_interval
-from ..io import SpecReproError, write_csv
+from ..core.io import SpecReproError, write_csv
 
 SPEC = FigureSpec(
     name="fig09_engine_bleu",

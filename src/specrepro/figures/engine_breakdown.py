@@ -1,7 +1,7 @@
 """Fig. 4: where the time of an engine step goes (drafting / verification / sampling / overhead).
 
 Input: the breakdown CSVs of ``specrepro profile`` (one per engine configuration, one row per profiled
-point, from the step records of the instrumentation plugin :mod:`specrepro.engine.instrument`: exp, model, method, k, config, dataset, request_index, batch_size, clock, steps, total_s,
+point, from the step records of the instrumentation plugin :mod:`specrepro.engine.run.instrument`: exp, model, method, k, config, dataset, request_index, batch_size, clock, steps, total_s,
 <phase>_s, <phase>_share). The share of a configuration at batch size B is the sum of a phase's seconds
 over its points divided by the sum of their ``total_s`` (a time-weighted share, not a mean of shares).
 
@@ -24,7 +24,7 @@ Every share carries its 95 % bootstrap interval over the profiled requests (the 
 and B are distinct requests; a share is a pooled ratio, so a request's phase and step seconds are resampled
 together): CSV columns ``<phase>_pct_ci_low`` / ``_ci_high`` (and for the forward ratio), metric keys
 ``<key>.ci_low`` / ``.ci_high`` / ``.n``. The ``min``/``max`` keys carry the envelope of the intervals
-(:func:`specrepro.uncertainty.envelope`): "sampling below 1.7 % everywhere" holds with confidence when the
+(:func:`specrepro.core.uncertainty.envelope`): "sampling below 1.7 % everywhere" holds with confidence when the
 largest upper end is below 1.7.
 """
 
@@ -38,10 +38,10 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine.metrics import config_label_text, config_order
-from ..io import SpecReproError, write_csv, write_json
-from ..engine.breakdown import BREAKDOWN_PHASES
-from ..uncertainty import Interval, bootstrap_pooled_ratio_ci, envelope, interval_metrics
+from ..engine.results.metrics import config_label_text, config_order
+from ..core.io import SpecReproError, write_csv, write_json
+from ..engine.run.breakdown import BREAKDOWN_PHASES, REQUIRED, load_breakdown  # noqa: F401 - re-exported
+from ..core.uncertainty import Interval, bootstrap_pooled_ratio_ci, envelope, interval_metrics
 
 SPEC = FigureSpec(
     name="fig04_breakdown",
@@ -73,8 +73,6 @@ SPEC = FigureSpec(
 PHASE_COLORS = {"drafting": "#1F77B4", "verification": "#FF7F0E", "sampling": "#2CA02C", "overhead": "#D62728"}
 PHASE_LABELS = {"drafting": "Drafting", "verification": "Verification", "sampling": "Sampling",
                 "overhead": "Overhead"}
-REQUIRED = ("exp", "model", "method", "k", "config", "dataset", "batch_size", "clock", "steps", "total_s",
-            "drafting_s", "verification_s", "sampling_s", "overhead_s")
 KEYS = ["exp", "dataset", "config", "batch_size"]
 RATIOS = [f"{p}_pct" for p in BREAKDOWN_PHASES] + ["draft_to_target_forward_pct"]
 COLUMNS = (["exp", "model", "dataset", "method", "k", "config", "batch_size", "points", "steps", "clock", "total_s"]
@@ -87,35 +85,6 @@ def add_arguments(p) -> None:
                    help="breakdown tables (results/engine/<exp>/profile/<config>.breakdown.csv)")
     p.add_argument("--csv", required=True, help="the plotted shares (percent) and seconds as CSV")
     p.add_argument("--metrics", required=True, help="flat metrics JSON for the claims table")
-
-
-def load_breakdown(paths) -> pd.DataFrame:
-    """The breakdown CSVs stacked; an empty file (a configuration without points) is skipped."""
-    if not paths:
-        raise SpecReproError("no breakdown tables given (--breakdown)")
-    frames = []
-    for p in paths:
-        try:
-            df = pd.read_csv(p)
-        except FileNotFoundError:
-            raise SpecReproError(f"{p}: file not found") from None
-        except pd.errors.EmptyDataError:
-            continue
-        if df.empty:
-            continue
-        missing = [c for c in REQUIRED if c not in df.columns]
-        if missing:
-            raise SpecReproError(f"{p}: not a breakdown table (missing column(s) {', '.join(missing)})")
-        frames.append(df)
-    if not frames:
-        raise SpecReproError(f"all {len(paths)} breakdown table(s) are empty: no profiled points to plot")
-    df = pd.concat(frames, ignore_index=True)
-    df["k"] = pd.to_numeric(df["k"], errors="coerce").astype("Int64")
-    df["batch_size"] = df["batch_size"].astype(int)
-    for c in ["steps", "total_s"] + [f"{p}_s" for p in BREAKDOWN_PHASES]:
-        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
-    df["clock"] = df["clock"].astype(str)
-    return df
 
 
 def shares(df: pd.DataFrame) -> pd.DataFrame:

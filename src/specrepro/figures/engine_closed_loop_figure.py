@@ -1,6 +1,6 @@
 """Figure: simulated against measured speedup of one experiment, one marker per compared point (closed loop).
 
-Input: ``specrepro closed-loop``'s table and summary (:mod:`specrepro.engine.closedloop`). x: measured speedup
+Input: ``specrepro closed-loop``'s table and summary (:mod:`specrepro.analysis.closedloop`). x: measured speedup
 with its 95 % interval, y: simulated on the same requests with its interval; colour = method, marker = batch
 size; the dashed line is equality. The title gives the median and worst absolute error.
 """
@@ -12,7 +12,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..io import read_json
+from ..core.io import read_json
 
 SPEC = FigureSpec(
     name="fig_closed_loop",

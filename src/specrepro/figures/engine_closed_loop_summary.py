@@ -1,6 +1,6 @@
 """Table: the closed loop of every experiment with engine traces, one row each (its error before its bounds).
 
-Input: every experiment's ``closed_loop.json`` (:mod:`specrepro.engine.closedloop`): compared points, median and worst
+Input: every experiment's ``closed_loop.json`` (:mod:`specrepro.analysis.closedloop`): compared points, median and worst
 absolute relative error (with the worst point), how many simulated values lie in the measured 95 % interval,
 ordering agreement, and where the cost model came from.
 """
@@ -11,8 +11,8 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ._enginesim import fmt
-from ..io import read_json, write_csv, write_text
-from ..latex import fit_width, tex_escape
+from ..core.io import read_json, write_csv, write_text
+from ..core.latex import fit_width, tex_escape
 
 SPEC = FigureSpec(
     name="tab_closed_loop_summary",

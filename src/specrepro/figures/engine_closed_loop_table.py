@@ -1,6 +1,6 @@
 """Table: the simulator against the measurements of one experiment (closed loop), and its error summary.
 
-Input: ``specrepro closed-loop``'s table and summary (:mod:`specrepro.engine.closedloop`): per (dataset, method,
+Input: ``specrepro closed-loop``'s table and summary (:mod:`specrepro.analysis.closedloop`): per (dataset, method,
 k, batch size) benchmarked and traced, the measured speedup with its 95 % interval, the simulated one on the same
 requests with its interval, and the error; below, the experiment's median and worst absolute error, whether the
 simulator orders the configurations as measured, and what this run's numbers say about the causes.
@@ -12,9 +12,9 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ._enginesim import fmt
-from ..engine.metrics import config_label_text
-from ..io import read_json, write_csv, write_text
-from ..latex import fit_width, tex_escape
+from ..engine.results.metrics import config_label_text
+from ..core.io import read_json, write_csv, write_text
+from ..core.latex import fit_width, tex_escape
 from . import style
 
 SPEC = FigureSpec(

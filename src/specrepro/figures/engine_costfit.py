@@ -1,7 +1,7 @@
 """Figure: each experiment's step-time cost model against the engine steps it was fitted to.
 
 Input: per experiment the fit report and residuals of ``specrepro fit-engine-cost-model``
-(``results/engine/<exp>/cost_model.{json,residuals.csv}``, :mod:`specrepro.engine.modelfit`). One row per
+(``results/engine/<exp>/cost_model.{json,residuals.csv}``, :mod:`specrepro.engine.results.modelfit`). One row per
 experiment (model on its engine and hardware): measured against fitted time of every role (target, each drafter,
 n-gram), the equality line, and the residuals. ``--csv``: one row per experiment and role with R^2, points,
 RMSE and the coefficients.
@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..io import SpecReproError, read_json, write_csv
+from ..core.io import SpecReproError, read_json, write_csv
 
 SPEC = FigureSpec(
     name="fig_costfit",

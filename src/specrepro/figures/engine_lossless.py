@@ -7,9 +7,9 @@ import math
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.metrics import config_label_text, load_points, lossless_detail
-from ..io import write_csv, write_text
-from ..latex import grouped_rows, tex_breakable, tex_escape
+from ..engine.results.metrics import config_label_text, load_points, lossless_detail
+from ..core.io import write_csv, write_text
+from ..core.latex import grouped_rows, tex_breakable, tex_escape
 
 SPEC = FigureSpec(
     name="tab_lossless",

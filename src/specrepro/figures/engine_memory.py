@@ -2,9 +2,9 @@
 
 Rows: every experiment x method of the run config that needs a proposer (n-gram: no extra memory;
 eagle, eagle3, draft_model: the drafter's checkpoint). The architecture columns come from
-:func:`specrepro.engine.memory.memory_table` on the models' ``config.json`` (the model manifests give their
+:func:`specrepro.engine.results.memory.memory_table` on the models' ``config.json`` (the model manifests give their
 directories) in the run config's ``engine.dtype``; the vLLM columns from the bench metadata
-(``vllm_memory``, what the loaded engine reported: :func:`specrepro.engine.memory.vllm_reported_memory`).
+(``vllm_memory``, what the loaded engine reported: :func:`specrepro.engine.results.memory.vllm_reported_memory`).
 
 Metric keys (architecture, the first experiment of a model in config order)::
 
@@ -25,9 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import ENGINE_METHODS, FigureSpec, TraceContext
-from ..io import SpecReproError, read_json, write_csv, write_json, write_text
-from ..latex import grouped_rows, tex_escape
-from ..engine.memory import MEMORY_COLUMNS, memory_table
+from ..core.io import SpecReproError, read_json, write_csv, write_json, write_text
+from ..core.latex import grouped_rows, tex_escape
+from ..engine.results.memory import MEMORY_COLUMNS, memory_table
 
 SPEC = FigureSpec(
     name="tab_memory",

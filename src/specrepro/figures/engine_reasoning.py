@@ -9,8 +9,8 @@ import matplotlib.pyplot as plt
 from . import FigureSpec, TraceContext
 from . import style
 from .engine_speedup import draw_interval, footnote, panels
-from ..engine.metrics import config_label_text, config_order, load_points, speedup_points
-from ..io import SpecReproError, write_csv
+from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
+from ..core.io import SpecReproError, write_csv
 
 SPEC = FigureSpec(
     name="fig03_reasoning",

@@ -9,9 +9,10 @@ import numpy as np
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.metrics import config_label_text, config_order, load_points
-from ..io import SpecReproError, read_json, write_csv, write_text
-from ..latex import grouped_rows, tex_escape
+from ..engine.results.metrics import config_label_text, config_order, load_points
+from ..core.io import SpecReproError, read_json, write_csv, write_text
+from ..core.latex import grouped_rows, tex_escape
+from ..plan import job_minutes, plan_jobs
 
 SPEC = FigureSpec(
     name="tab_runtime",
@@ -74,8 +75,6 @@ def runtime_table(points: pd.DataFrame, meta: dict, ctx: TraceContext, plan: pd.
             hours = (measured + (0.0 if math.isnan(load) else load)) * n_dev / 3600
             est = None
             if plan is not None and len(plan):
-                from ..plan import job_minutes
-
                 est = job_minutes(plan, exp, cfg, "bench")
             job_s = m.get("elapsed_s")
             job_s = float(job_s) if job_s is not None else measured + (0.0 if math.isnan(load) else load)
@@ -141,8 +140,6 @@ def _plan(v: float, gpu: bool) -> str:
 
 def _plan_table(run_config: dict) -> pd.DataFrame | None:
     """`specrepro plan` of this run (its simulator's cost model), None when it cannot be made."""
-    from ..plan import plan_jobs
-
     try:
         return plan_jobs(run_config, (run_config.get("simulator") or {}).get("cost_model") or "llama3.1-8b-h100")
     except (SpecReproError, KeyError):

@@ -1,6 +1,6 @@
 """Fig. 10 on one experiment's own traces: each method's speedup with a fixed k (1, 3, 5) against the oracle.
 
-Input: ``specrepro engine-simulate``'s summary (:mod:`specrepro.engine.enginesim`) and the experiment's closed-loop
+Input: ``specrepro engine-simulate``'s summary (:mod:`specrepro.analysis.enginesim`) and the experiment's closed-loop
 summary, whose error the figure states above its panels. Rows: the experiment's methods; columns: its datasets.
 """
 

@@ -1,7 +1,7 @@
 """Fig. 12 on one experiment's own traces: Oracle Combine of all its proposers against each method's oracle and
 best fixed k.
 
-Input: ``specrepro engine-simulate``'s summary (:mod:`specrepro.engine.enginesim`) and the closed-loop summary (its
+Input: ``specrepro engine-simulate``'s summary (:mod:`specrepro.analysis.enginesim`) and the closed-loop summary (its
 error, stated above the panels). One panel per dataset.
 """
 
@@ -11,7 +11,7 @@ from . import FigureSpec, TraceContext
 from . import style
 from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
 from ._sim import band, bs_axis, series
-from ..engine.enginesim import best_fixed
+from ..analysis.enginesim import best_fixed
 
 SPEC = FigureSpec(
     name="fig12_sim_engine",

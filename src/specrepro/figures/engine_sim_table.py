@@ -1,6 +1,6 @@
 """Table: one experiment's simulated upper bounds and the beyond-paper policies, per dataset and batch size.
 
-Input: ``specrepro engine-simulate``'s summary and schedules (:mod:`specrepro.engine.enginesim`) and the closed-loop
+Input: ``specrepro engine-simulate``'s summary and schedules (:mod:`specrepro.analysis.enginesim`) and the closed-loop
 summary. Per dataset and batch size: the best of the paper's fixed k (1, 3, 5) over all methods, the best k by
 batch size (each dataset with the schedule chosen on the others), the best online adaptive policy, the best
 single-method oracle and Oracle Combine of all proposers; the CSV has every simulated row.
@@ -12,9 +12,9 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ._enginesim import error_statement, fmt, load, proposer_label
-from ..engine.enginesim import best_fixed
-from ..io import read_json, write_csv, write_text
-from ..latex import fit_width, tex_escape
+from ..analysis.enginesim import best_fixed
+from ..core.io import read_json, write_csv, write_text
+from ..core.latex import fit_width, tex_escape
 
 SPEC = FigureSpec(
     name="tab_sim_engine",

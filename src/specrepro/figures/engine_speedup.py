@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..engine.metrics import config_label_text, config_order, load_points, paper_engine_values, speedup_points
-from ..io import SpecReproError, write_csv
+from ..analysis.claims import load_claims
+from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
+from ..core.io import SpecReproError, write_csv
 
 SPEC = FigureSpec(
     name="fig01_speedup",
@@ -34,6 +37,15 @@ SPEC = FigureSpec(
 
 MARKERS = {"ngram": "s", "eagle": "D", "eagle3": "^", "draft_model": "v", "mtp": "P"}
 ALT_MARKERS = ("o", "X", "*", "h")
+
+
+def paper_engine_values(registry: str | Path | None) -> dict[str, float]:
+    """The paper's engine values by metric key, from the claims registry (empty without one)."""
+    if not registry:
+        return {}
+    return {c.measured_by: c.plotted_value for c in load_claims(registry)
+            if c.evidence == "engine" and c.measured_by and c.plotted_value is not None}
+
 
 
 def add_arguments(p) -> None:

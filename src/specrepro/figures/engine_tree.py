@@ -1,10 +1,10 @@
 """Fig. 2: tree vs chain verification, on SGLang (as the paper ran it) and on vLLM's tree path.
 
 The tree study's experiments (``engine: sglang`` or methods with a ``tree``; see
-:mod:`specrepro.engine.trees`) are paired by model and dataset: one row per pair, three panels against
+:mod:`specrepro.jobspec.trees`) are paired by model and dataset: one row per pair, three panels against
 batch size: speedup over no SD of the same engine, accepted length and acceptance rate. Colour = the
 configuration (chain k = 3, trees k = 6 and k = 21), line style and marker = the engine, error bars =
-95 % bootstrap intervals over requests (:mod:`specrepro.uncertainty`).
+95 % bootstrap intervals over requests (:mod:`specrepro.core.uncertainty`).
 
 Per (experiment, dataset, configuration, B), over the successful points:
 
@@ -25,13 +25,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from . import FigureSpec, TraceContext
-from . import style
-from ..engine.metrics import load_points
-from ..uncertainty import Interval, interval_metrics
-from ..engine.trees import TreeShape, sglang_spec_args, vllm_levels
-from ..io import SpecReproError, write_csv, write_json
-from ..uncertainty import bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from . import FigureSpec, TraceContext, style
+from ..engine.results.metrics import load_points
+from ..core.uncertainty import Interval, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci, interval_metrics
+from ..jobspec.trees import TreeShape, sglang_spec_args, vllm_levels
+from ..core.io import SpecReproError, write_csv, write_json
+from ..jobspec.args import config_label
+from ..analysis.claims import load_claims
 
 #: what vLLM's tree path is (both captions of Fig. 2 say it; read in vLLM 0.10.1.1's and 0.11.1's source)
 VLLM_TREE_CAVEAT = (
@@ -43,7 +43,7 @@ VLLM_TREE_CAVEAT = (
     "that path as shipped, not tree verification; whether its greedy outputs equal no SD's is the lossless "
     "check (identical/compared)."
 )
-#: SGLang's scheduler under SD and without (specrepro.engine.sglang: disable_overlap_schedule as SGLang sets it)
+#: SGLang's scheduler under SD and without (specrepro.engine.run.sglang: disable_overlap_schedule as SGLang sets it)
 SGLANG_OVERLAP_NOTE = (
     "SGLang 0.5.9 runs no SD with its overlap scheduler and turns it off under EAGLE/EAGLE-3 "
     "(srt/server_args.py), so SGLang's speedups compare SD without overlap against a baseline with it, "
@@ -122,8 +122,6 @@ def _experiments(ctx: TraceContext) -> dict:
 
 def _trees(exp: dict) -> dict:
     """config label -> the method entry's tree (None for a chain), from the experiment's methods."""
-    from ..engine.args import config_label
-
     return {config_label(m["method"], k, m.get("tree")): m.get("tree") for m in exp["methods"] for k in m.get("k") or [None]}
 
 
@@ -221,7 +219,6 @@ def rows_of(ctx: TraceContext) -> list[tuple[str, str, list[str]]]:
 def _paper(claims: str | None, kind: str) -> dict[str, float]:
     if not claims or kind != "gpu":
         return {}
-    from ..claims import load_claims
 
     return {c.measured_by: c.value for c in load_claims(claims) if c.measured_by and c.measured_by.startswith("tree.")}
 

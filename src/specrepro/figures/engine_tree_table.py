@@ -8,9 +8,9 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from .engine_tree import SGLANG_OVERLAP_NOTE, VLLM_TREE_CAVEAT, lossless_summary, tree_table
-from ..engine.metrics import load_points
-from ..io import write_csv, write_text
-from ..latex import grouped_rows, tex_escape
+from ..engine.results.metrics import load_points
+from ..core.io import write_csv, write_text
+from ..core.latex import grouped_rows, tex_escape
 
 SPEC = FigureSpec(
     name="tab_tree",

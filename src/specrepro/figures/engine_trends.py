@@ -13,12 +13,12 @@ For every experiment with ``trend_checks: true`` (the CPU run's real model, Smol
 3. *Speedup falls with batch size*: each SD configuration's speedup over no SD at the smallest and the
    largest batch size (mean SD throughput over mean no-SD throughput of the same requests, all workloads
    pooled), each with its 95 % bootstrap interval over requests, and the ratio of the two with its paired
-   interval (:mod:`specrepro.uncertainty`, the four mean throughputs resampled together): shown when that
+   interval (:mod:`specrepro.core.uncertainty`, the four mean throughputs resampled together): shown when that
    ratio's interval lies below 1 for every configuration, not shown when one lies above 1, not resolved
    otherwise.
 
 4. *A fixed k falls short of the oracle at every batch size* (Figs. 10, 12, on the experiment's own traces and
-   cost model, :mod:`specrepro.engine.enginesim`): per method, the oracle above the best of k = 1, 3, 5 at every
+   cost model, :mod:`specrepro.analysis.enginesim`): per method, the oracle above the best of k = 1, 3, 5 at every
    dataset and batch size; *the margin widens with the batch size* (oracle / best fixed k larger at the largest
    batch size than at the smallest, per method and dataset); *Oracle Combine above every single-method oracle*.
    With them, not a paper finding, the simulator's error against the measured speedups (closed loop).
@@ -41,10 +41,11 @@ from pathlib import Path
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..engine.metrics import load_points, pooled_acceptance
-from ..io import SpecReproError, read_json, write_csv, write_json, write_text
-from ..latex import tex_escape
-from ..uncertainty import Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from ..engine.results.metrics import load_points, pooled_acceptance
+from ..core.io import SpecReproError, read_json, write_csv, write_json, write_text
+from ..core.latex import tex_escape
+from ..core.uncertainty import Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from ..analysis.enginesim import best_fixed
 
 SPEC = FigureSpec(
     name="tab_trends",
@@ -280,8 +281,6 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
 
 def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]:
     """Figs. 10 and 12's findings on the experiment's own traces (module docstring, item 5)."""
-    from ..engine.enginesim import best_fixed
-
     single = summary[~summary["proposer"].str.contains(r"\+") & (summary["proposer"] != "combined")]
     bf = best_fixed(single)
     out = []

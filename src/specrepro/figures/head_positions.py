@@ -4,7 +4,7 @@ engine jobs of this config do there.
 The released traces' EAGLE-3 head (``released_traces.eagle_head``: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) serves
 2048 positions while the paper's jobs generate up to 8192 tokens. Past them vLLM 0.10.1.1 reads the head's
 rotary table out of bounds, 0.11.1 stops drafting for the whole batch, 0.34.0 raises the head's positions to
-the target's context (``specrepro.engine.images.EXTENDS_DRAFT_POSITIONS``, read from each sdist). This artifact
+the target's context (``specrepro.jobspec.images.EXTENDS_DRAFT_POSITIONS``, read from each sdist). This artifact
 runs such a head's experiment at ``max_model_len`` = M on the engines that do not (every method alike; prompts
 of M tokens or more are not drawn): the table shows, from the released traces, how much of each dataset that
 cuts, and lists each engine job of the config that runs an EAGLE head with a known M and its handling.
@@ -18,9 +18,13 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..io import read_json, write_csv, write_text
-from ..latex import tex_escape
+from ..core.io import read_json, write_csv, write_text
+from ..core.latex import tex_escape
 from ._data import load_concat
+from ..jobspec.args import experiment_configs
+from ..jobspec.images import EXTENDS_DRAFT_POSITIONS, image_vllm_version, job_image
+from ..jobspec.jobs import engine_settings
+from ..jobspec.trees import experiment_engine
 
 SPEC = FigureSpec(
     name="tab_head_positions",
@@ -82,11 +86,6 @@ def dataset_rows(requests: pd.DataFrame, positions: pd.DataFrame, limit: int, pr
 def engine_rows(cfg: dict) -> pd.DataFrame:
     """Every vLLM engine configuration of ``cfg`` that runs an EAGLE head with a known ``max_position_embeddings``:
     its engine, the head's M, the experiment's max_model_len and the handling past M."""
-    from ..engine.args import experiment_configs
-    from ..engine.images import EXTENDS_DRAFT_POSITIONS, image_vllm_version, job_image
-    from ..engine.jobs import engine_settings
-    from ..engine.trees import experiment_engine
-
     rows = []
     for exp in cfg.get("experiments", []) or []:
         if experiment_engine(exp) != "vllm":

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..acceptance import BOX_PERCENTILES, request_means
+from ..analysis.acceptance import BOX_PERCENTILES, request_means
 from ._data import load_concat
 
 SPEC = FigureSpec(

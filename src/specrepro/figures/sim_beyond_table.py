@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from . import FigureSpec, TraceContext
-from ..io import write_csv, write_text
-from ..latex import tex_escape
+from ..core.io import write_csv, write_text
+from ..core.latex import tex_escape
 from ._beyond import comparison
 from ._sim import load_summaries
 

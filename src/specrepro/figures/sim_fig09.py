@@ -9,9 +9,9 @@ from matplotlib.colors import TwoSlopeNorm
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..bleu import bucket_of
-from ..io import SpecReproError, write_csv
-from ..uncertainty import bootstrap_ratio_ci
+from ..core.bleu import bucket_of
+from ..core.io import SpecReproError, write_csv
+from ..core.uncertainty import bootstrap_ratio_ci
 
 SPEC = FigureSpec(
     name="fig09_bleu_ngram",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..io import write_csv, write_text
-from ..latex import tex_escape
+from ..core.io import write_csv, write_text
+from ..core.latex import tex_escape
 from ._sim import load_summaries, paper_mode
 
 SPEC = FigureSpec(

@@ -1,7 +1,7 @@
 """Table: the sizing rule of the quick GPU run checked by subsampling the released traces.
 
 Input: ``results/sizing/<trace set>/validation.csv`` of ``specrepro sizing-study`` (columns
-:data:`specrepro.sizing.STUDY_COLUMNS`), one row per simulator headline claim and per stand-in of a sized
+:data:`specrepro.analysis.sizing.STUDY_COLUMNS`), one row per simulator headline claim and per stand-in of a sized
 engine claim of the quick config.
 """
 
@@ -11,9 +11,9 @@ import math
 
 import pandas as pd
 
-from ..io import SpecReproError, write_csv, write_text
-from ..latex import tex_breakable, tex_escape
-from ..sizing import ENGINE_PROXY, SIM_CLAIM, STUDY_COLUMNS
+from ..core.io import SpecReproError, write_csv, write_text
+from ..core.latex import tex_breakable, tex_escape
+from ..analysis.sizing import ENGINE_PROXY, SIM_CLAIM, STUDY_COLUMNS
 from . import FigureSpec, TraceContext
 
 SPEC = FigureSpec(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..engine import METHOD_LABELS as _ENGINE_METHOD_LABELS
+from ..jobspec import METHOD_LABELS as _ENGINE_METHOD_LABELS
 
 import matplotlib
 
@@ -13,7 +13,8 @@ matplotlib.use("Agg")  # no display; identical output everywhere
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..io import atomic_path  # noqa: E402
+from ..core.io import SpecReproError, atomic_path  # noqa: E402
+from ..core.layout import text_overlaps  # noqa: E402
 
 #: width of a full-width figure in the report (inches)
 FULL_WIDTH = 7.0
@@ -97,10 +98,7 @@ def apply() -> None:
 
 def save_pdf(fig, output: str | os.PathLike) -> None:
     """Save a vector PDF atomically with no timestamps, so identical data give identical bytes; refuse a figure
-    whose texts are drawn over each other (:func:`specrepro.layout.text_overlaps`)."""
-    from ..io import SpecReproError
-    from ..layout import text_overlaps
-
+    whose texts are drawn over each other (:func:`specrepro.core.layout.text_overlaps`)."""
     output = Path(output)
     clash = text_overlaps(fig)
     if clash:

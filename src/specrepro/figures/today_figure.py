@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import FigureSpec, TraceContext
 from . import style
-from ..today import gap_table
+from ..analysis.today import gap_table
 from ._sim import band, bs_axis, load_summaries
 
 SPEC = FigureSpec(

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 
 from . import FigureSpec, TraceContext
-from ..io import read_json, write_csv, write_text
-from ..latex import fit_width, tex_escape
-from ..today import METHODS, ORACLE, gap_table, statements
+from ..core.io import read_json, write_csv, write_text
+from ..core.latex import fit_width, tex_escape
+from ..analysis.today import METHODS, ORACLE, gap_table, statements
 from ._sim import load_summaries
+from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
 
 SPEC = FigureSpec(
     name="tab_today",
@@ -119,8 +120,6 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
 
 def measured_latex(points, ctx: TraceContext) -> str:
     """Measured speedups over no SD (mean throughput over requests) of every configuration, per experiment."""
-    from ..engine.metrics import config_label_text, config_order, load_points, speedup_points
-
     p = load_points(points)
     t = speedup_points(p)
     t = t[t["config"] != "none"]

@@ -20,7 +20,7 @@ def image_test(name):
 def job_image_name(wc):
     """The image of the engine job of these wildcards (exp + config, exp + method, or exp); None on CPU runs.
 
-    Each job runs in its own image (specrepro.engine.images: the sglang image for engine: sglang experiments,
+    Each job runs in its own image (specrepro.jobspec.images: the sglang image for engine: sglang experiments,
     else method > experiment > engine.container)."""
     if RUN["kind"] != "gpu":
         return None
@@ -66,7 +66,7 @@ def engine_inputs(wildcards=None):
 
 # Local GPU runs: each GPU job runs through `specrepro with-gpus N` (its own GPUs, a lease with file locks
 # in the cache), and before the first job the run checks the machine has the GPUs the jobs ask for and
-# limits concurrent GPU jobs to its GPU count (specrepro.gpus). On SLURM the allocation sets the GPUs.
+# limits concurrent GPU jobs to its GPU count (specrepro.core.gpus). On SLURM the allocation sets the GPUs.
 GPU_LEASES = f"{CACHE_DIR}/gpu-leases"
 
 
@@ -80,7 +80,7 @@ def gpu_onstart():
     """Stop a local GPU run whose jobs need more GPUs than the machine has; else use all of them."""
     if RUN["kind"] != "gpu" or not workflow.local_exec:
         return
-    from specrepro.gpus import start_problem, visible_gpus
+    from specrepro.core.gpus import start_problem, visible_gpus
 
     have = len(visible_gpus())
     jobs = [(f"{j.rule.name} {', '.join(map(str, j.output))}", int(j.resources.get("gpu", 0) or 0))

@@ -20,7 +20,7 @@ SGLANG_EXPERIMENTS = [x for x in EXPERIMENTS if experiment_engine(EXPERIMENTS[x]
 VLLM_EXPERIMENTS = [x for x in EXPERIMENTS if x not in SGLANG_EXPERIMENTS]
 TREE_EXPERIMENTS = [x for x in EXPERIMENTS if tree_study(EXPERIMENTS[x])]
 # vLLM's tree path exists in 0.10.1.1 and 0.11.1 only: a vLLM tree job whose own image has another vLLM is left
-# out (specrepro.engine.jobs.tree_path_missing; engine-args leaves it out too)
+# out (specrepro.jobspec.jobs.tree_path_missing; engine-args leaves it out too)
 _NO_TREE = {(x, c): why for (x, c), v in ENGINE_JOBS.items() if (why := _jobs.tree_path_missing(config, EXPERIMENTS[x], v))}
 for _job in _NO_TREE:
     del ENGINE_JOBS[_job]
@@ -34,7 +34,7 @@ def max_output(exp, dataset):
 
 
 def bench_spec(wc, profile=False):
-    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job (specrepro.engine.jobs)."""
+    """The JSON spec of `specrepro bench` / `specrepro profile` for one engine job (specrepro.jobspec.jobs)."""
     return json.dumps(_jobs.bench_spec(config, wc.exp, wc.config, profile=profile), sort_keys=True)
 
 

@@ -49,7 +49,7 @@ def model_source(name):
 
 
 def model_manifest(model, method=None):
-    """resources/models/<name>/manifest.json: {name, source, repo, revision, path, files, bytes} (see specrepro.hub)."""
+    """resources/models/<name>/manifest.json: {name, source, repo, revision, path, files, bytes} (see specrepro.core.hub)."""
     return f"resources/models/{model_name(model, method)}/manifest.json"
 
 

@@ -18,7 +18,7 @@ SIMULATOR_OUTPUTS = [
     "fig_today",
     "tab_today",
 ]
-# The paper's question on today's engines (specrepro.today)
+# The paper's question on today's engines (specrepro.analysis.today)
 TODAY = SIM.get("today", {})
 
 

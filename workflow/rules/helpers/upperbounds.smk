@@ -6,7 +6,7 @@
 
 def upper_bound_methods(exp):
     """The experiment's traced methods the simulator models (n-gram and model-based drafters), in trace-set order."""
-    from specrepro.engine.modelfit import DRAFTERS, LOOKUP
+    from specrepro.engine.results.modelfit import DRAFTERS, LOOKUP
 
     ts = TRACE_SETS.get(f"engine-{exp}")
     return [m for m, _ in ts["proposers"] if m == LOOKUP or m in DRAFTERS] if ts else []

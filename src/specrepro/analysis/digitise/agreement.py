@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError, sha256_file
 
 
 _FIG_RE = re.compile(r"^\s*Figs?\.\s*(\d+)(?:\(([a-z])\))?")
@@ -116,8 +116,6 @@ def image_facts(path: str | Path) -> dict:
     and the program that wrote it (the PNG Software text chunk; None without one)."""
     from PIL import Image
 
-    from ...io import sha256_file
-
     path = Path(path)
     try:
         with Image.open(path) as im:
@@ -152,8 +150,6 @@ def load_image_origins(path: str | Path) -> dict[str, dict]:
 
 def verify_images(figdir: str | Path, sha256: dict[str, str]) -> None:
     """Check each image against its SHA-256 (file name -> hex); a mismatch or a missing file is one line."""
-    from ...io import sha256_file
-
     for name, want in sha256.items():
         path = Path(figdir) / name
         if not path.exists():

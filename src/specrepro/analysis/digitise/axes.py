@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError
 from .image import Component, Picture, _runs, components
 
 

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError
 from .axes import Frame, calibrate, find_frames, find_ticks, grid_order, tick_labels
 from .image import Picture, color_mask, components
 from .layouts import Layout, _panel

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError
 
 
 #: a pixel is "ink" (spines, ticks) when its brightest channel is below this

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError
 from .axes import Axis, Frame, calibrate, find_ticks, tick_labels
 from .image import Picture
 

@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError
 from .axes import Frame, _rendered, _resize, _text_rows
 from .image import INK, Component, Picture, color_mask, components, saturation
 from .markers import MARKER_SHAPES, marker_mask

@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ...io import SpecReproError
+from ...core.io import SpecReproError
 from .axes import find_frames, grid_order
 from .bars import read_bars
 from .image import Picture, color_mask, load_image

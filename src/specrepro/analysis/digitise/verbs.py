@@ -16,7 +16,7 @@ def add_cli(sub) -> None:
         import re
         import sys
 
-        from ...io import SpecReproError, write_csv
+        from ...core.io import SpecReproError, write_csv
         from .agreement import verify_images
         from .layouts import FIGURES
         from .read import digitise_figures

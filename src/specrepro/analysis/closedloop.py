@@ -1,0 +1,326 @@
+"""Closed loop: the simulator's speedup next to the measured one, for every configuration the run both benchmarked
+and traced.
+
+For one experiment, every benchmarked (dataset, method, k, batch size) whose method is in the experiment's trace
+set, at a fixed k (k-by-batch-size and tree configurations have no simulated counterpart), gets:
+
+* **measured**: the paper's speedup, mean SD throughput over requests / mean no-SD throughput over the same
+  requests (:mod:`specrepro.engine.results.metrics`), on the requests that both the configuration and no SD served at
+  that batch size *and* that are in the trace set (its requests are those whose outputs agree across the traced
+  methods); with the paired bootstrap interval over those requests;
+* **simulated**: paper mode (:mod:`specrepro.sim.simulator`: B copies of one request, as the benchmark runs them) on
+  the traces of exactly those requests (bench ``request_index`` -> the prompts file's ``request_id`` -> the
+  trace record's ``id``), the method in the simulator's slot for it (:mod:`specrepro.analysis.enginesim`), policy
+  ``fixed-<k>``, the experiment's own cost model; with the simulator's bootstrap interval over the same requests.
+
+:func:`join` pairs the two on the full key (:data:`KEY`) and refuses anything else: a simulated speedup is never
+compared with a measurement of another method, k or batch size. Error = simulated / measured - 1.
+
+**Summary per experiment** (:func:`summarise`): points, median and worst absolute relative error, and whether
+the simulator orders the configurations as the measurements do: within each (dataset, batch size), every pair
+of configurations counted concordant or discordant (ties in either are neither); the ordering agrees when none is
+discordant. With it, the numbers that say why the error is what it is (:func:`diagnostics`): the measured
+intervals' width (noise), the same points and speedups measured again in the profiled passes (repeatability), the
+cost model's fit quality, the clock's resolution against the shortest timed step, the time outside the engine's steps
+and the drafting at the prefill step that the simulator does not charge.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..core.costmodel import load_cost_model
+from ..core.errors import SpecReproError
+from ..sim.simulator import SimSpec, simulate
+from ..core.traces import TraceRecord, read_trace
+from ..core.uncertainty import bootstrap_ratio_ci
+from .enginesim import fitted_drafters, workload
+from ..engine.results.modelfit import DRAFTERS, LOOKUP
+from ..core.io import read_json, read_parquet, write_csv, write_json
+from ..engine.results.metrics import load_points
+
+#: the key a simulated and a measured speedup must share
+KEY = ["exp", "dataset", "method", "k", "batch_size"]
+MEASURED_COLUMNS = KEY + ["config", "requests", "request_ids", "measured", "measured_ci_low", "measured_ci_high"]
+SIMULATED_COLUMNS = KEY + ["request_ids", "simulated", "simulated_ci_low", "simulated_ci_high"]
+COLUMNS = KEY + ["config", "requests", "measured", "measured_ci_low", "measured_ci_high", "simulated",
+                 "simulated_ci_low", "simulated_ci_high", "error", "abs_error", "within_measured_ci"]
+
+
+def _key_types(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    df["exp"] = df["exp"].astype(str)
+    df["dataset"] = df["dataset"].astype(str)
+    df["method"] = df["method"].astype(str)
+    df["k"] = pd.to_numeric(df["k"]).astype("int64")
+    df["batch_size"] = pd.to_numeric(df["batch_size"]).astype("int64")
+    return df
+
+
+def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int, str]],
+                    traced: Mapping[str, set[str]], methods: Sequence[str]) -> pd.DataFrame:
+    """One row per benchmarked (exp, dataset, method, k, B) of a traced method at a fixed k (module docstring).
+
+    ``request_ids``: {dataset: {request_index: request_id}} (the prompts files); ``traced``: {dataset: ids in the
+    trace set}; ``methods``: the traced methods."""
+    ok = points[points["status"] == "ok"]
+    base = ok[ok["method"] == "none"]
+    rows = []
+    sd = ok[ok["method"].isin(list(methods)) & ok["k"].notna()
+            & ~ok["config"].astype(str).str.endswith("-bs") & ~ok["config"].astype(str).str.contains("-tree")]
+    for (exp, ds, cfg, b), g in sd.groupby(["exp", "dataset", "config", "batch_size"], sort=True):
+        ids = request_ids.get(ds, {})
+        bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
+        sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+        base_t = bb.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+        keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
+        if not keep:
+            continue
+        iv = bootstrap_ratio_ci(sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy(), paired=True)
+        rows.append({"exp": exp, "dataset": ds, "method": g["method"].iloc[0], "k": int(g["k"].iloc[0]),
+                     "batch_size": int(b), "config": cfg, "requests": len(keep),
+                     "request_ids": tuple(ids[int(r)] for r in keep), "measured": iv.estimate,
+                     "measured_ci_low": iv.low, "measured_ci_high": iv.high})
+    return _key_types(pd.DataFrame(rows, columns=MEASURED_COLUMNS))
+
+
+def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]], methods: Sequence[str],
+                     cost_model: str, *, ngram_match: float, seed: int) -> pd.DataFrame:
+    """The simulator at each measured row's key, on that row's requests."""
+    lookup = LOOKUP if LOOKUP in methods else None
+    fitted = fitted_drafters(cost_model)
+    rows = []
+    for r in measured.itertuples(index=False):
+        want = set(r.request_ids)
+        recs = [t for t in traces[r.dataset] if t.id in want]
+        if len(recs) != len(want):
+            raise SpecReproError(f"{r.exp} {r.dataset}: {len(want) - len(recs)} measured request(s) not in the trace set")
+        if r.method == LOOKUP:
+            w, slot, cost = workload(recs, r.dataset, lookup, lookup), "ngram", load_cost_model(cost_model)
+        elif r.method in DRAFTERS and r.method in fitted:
+            w, slot, cost = workload(recs, r.dataset, lookup, r.method), "eagle", load_cost_model(cost_model, drafter=r.method)
+        else:
+            continue
+        spec = SimSpec(slot, f"fixed-{int(r.k)}", ngram_match_prob=ngram_match, num_requests=len(recs), seed=seed)
+        s = simulate(w, spec, [int(r.batch_size)], cost).summary.iloc[0]
+        rows.append({"exp": r.exp, "dataset": r.dataset, "method": r.method, "k": int(r.k),
+                     "batch_size": int(r.batch_size), "request_ids": tuple(r.request_ids),
+                     "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
+                     "simulated_ci_high": float(s["ci_high"])})
+    return _key_types(pd.DataFrame(rows, columns=SIMULATED_COLUMNS))
+
+
+def join(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Simulated next to measured speedups, paired on :data:`KEY` only (both sides must hold each key once and the
+    same requests); the error columns of :data:`COLUMNS`."""
+    for name, df in (("simulated", simulated), ("measured", measured)):
+        missing = set(KEY) - set(df.columns)
+        if missing:
+            raise SpecReproError(f"{name} speedups lack key column(s) {', '.join(sorted(missing))}")
+        dup = df.duplicated(KEY)
+        if dup.any():
+            raise SpecReproError(f"{name} speedups hold key {tuple(df.loc[dup, KEY].iloc[0])} twice")
+    sim, meas = _key_types(simulated), _key_types(measured)
+    out = meas.merge(sim, on=KEY, how="inner", validate="one_to_one", suffixes=("", "_sim"))
+    if "request_ids_sim" in out:
+        bad = out[[tuple(a) != tuple(b) for a, b in zip(out["request_ids"], out["request_ids_sim"])]]
+        if len(bad):
+            raise SpecReproError(f"key {tuple(bad[KEY].iloc[0])}: simulated and measured on different requests")
+    out["error"] = out["simulated"] / out["measured"] - 1.0
+    out["abs_error"] = out["error"].abs()
+    out["within_measured_ci"] = (out["simulated"] >= out["measured_ci_low"]) & (out["simulated"] <= out["measured_ci_high"])
+    return out.sort_values(KEY).reset_index(drop=True)[COLUMNS]
+
+
+def ranking(table: pd.DataFrame) -> dict:
+    """Concordant and discordant pairs of configurations within each (dataset, batch size)."""
+    conc = disc = groups = agree = 0
+    for _, g in table.groupby(["exp", "dataset", "batch_size"]):
+        if len(g) < 2:
+            continue
+        groups += 1
+        c = d = 0
+        m, s = g["measured"].to_numpy(), g["simulated"].to_numpy()
+        for i in range(len(g)):
+            for j in range(i + 1, len(g)):
+                x = np.sign(m[i] - m[j]) * np.sign(s[i] - s[j])
+                c += x > 0
+                d += x < 0
+        conc += c
+        disc += d
+        agree += d == 0
+    return {"groups": groups, "groups_agreeing": int(agree), "concordant_pairs": int(conc),
+            "discordant_pairs": int(disc), "ranking_agrees": bool(disc == 0) if groups else None}
+
+
+def summarise(table: pd.DataFrame) -> dict:
+    """Points, median and worst absolute relative error (with the worst point's key), ranking agreement."""
+    if table.empty:
+        return {"points": 0, "median_abs_error": None, "worst_abs_error": None, "worst": None,
+                **ranking(table)}
+    w = table.loc[table["abs_error"].idxmax()]
+    return {"points": int(len(table)), "median_abs_error": float(table["abs_error"].median()),
+            "worst_abs_error": float(w["abs_error"]),
+            "worst": {k: (w[k] if not isinstance(w[k], (np.integer,)) else int(w[k])) for k in KEY + ["config"]},
+            "median_error": float(table["error"].median()),
+            "within_measured_ci": int(table["within_measured_ci"].sum()), **ranking(table)}
+
+
+def repeat_spread(points: pd.DataFrame, breakdown: pd.DataFrame) -> dict:
+    """The same point timed twice: each (config, dataset, request, B) of the profiled passes (their ``wall_s``, with
+    the plugin's timing on) against the benchmark's wall time of that point; ``bench / profiled - 1``."""
+    need = {"config", "dataset", "request_index", "batch_size", "wall_s"}
+    if breakdown.empty or not need <= set(breakdown.columns):
+        return {}
+    ok = points[points["status"] == "ok"][list(need)]
+    m = ok.merge(breakdown[list(need)], on=["config", "dataset", "request_index", "batch_size"], suffixes=("", "_prof"),
+                 validate="many_to_one")
+    if m.empty:
+        return {}
+    r = m["wall_s"] / m["wall_s_prof"] - 1.0
+    return {"repeat_points": int(len(m)), "repeat_median_abs": float(r.abs().median()),
+            "repeat_max_abs": float(r.abs().max())}
+
+
+def repeat_speedups(points: pd.DataFrame, breakdown: pd.DataFrame, table: pd.DataFrame) -> dict:
+    """The compared speedups measured a second time, in the profiled passes (their datasets and batch sizes): each
+    configuration's speedup from the profiled ``wall_s`` (output tokens from the benchmark's point: the same greedy
+    output) on the table's requests, against the benchmark's and the simulated speedup."""
+    need = {"config", "dataset", "request_index", "batch_size", "wall_s"}
+    if breakdown.empty or table.empty or not need <= set(breakdown.columns):
+        return {}
+    ok = points[points["status"] == "ok"][["config", "dataset", "request_index", "batch_size", "output_tokens"]]
+    prof = breakdown[list(need)].merge(ok, on=["config", "dataset", "request_index", "batch_size"], how="inner")
+    prof["throughput"] = prof["output_tokens"] / prof["wall_s"]
+    base = prof[prof["config"] == "none"]
+    rows = []
+    for r in table.itertuples(index=False):
+        sd = prof[(prof["config"] == r.config) & (prof["dataset"] == r.dataset) & (prof["batch_size"] == r.batch_size)]
+        bb = base[(base["dataset"] == r.dataset) & (base["batch_size"] == r.batch_size)]
+        both = sorted(set(sd["request_index"]) & set(bb["request_index"]))
+        if not both:
+            continue
+        s = (sd.set_index("request_index").loc[both, "throughput"].mean()
+             / bb.set_index("request_index").loc[both, "throughput"].mean())
+        rows.append((r.measured, r.simulated, s))
+    if not rows:
+        return {}
+    m, sim, prof_s = (np.array(x) for x in zip(*rows))
+    return {"profiled_points": len(rows), "profiled_vs_bench_median_abs": float(np.median(np.abs(prof_s / m - 1))),
+            "profiled_vs_bench_max_abs": float(np.max(np.abs(prof_s / m - 1))),
+            "simulated_vs_profiled_median_abs": float(np.median(np.abs(sim / prof_s - 1)))}
+
+
+def diagnostics(table: pd.DataFrame, fit_report: Mapping | None, repeat: Mapping | None = None) -> dict:
+    """What bounds the error (module docstring); numbers only, from this run."""
+    out: dict = {"clock_resolution_s": float(time.get_clock_info("perf_counter").resolution), **(repeat or {})}
+    if len(table):
+        half = (table["measured_ci_high"] - table["measured_ci_low"]) / 2 / table["measured"]
+        out["median_measured_ci_half_width"] = float(np.nanmedian(half)) if half.notna().any() else None
+        out["median_requests"] = float(table["requests"].median())
+    if fit_report:
+        t = fit_report.get("target") or {}
+        out["fit_source"] = fit_report.get("source")
+        out["target_r2"] = t.get("r2")
+        out["target_mean_abs_relative_residual"] = t.get("mean_abs_relative_residual")
+        out["drafter_r2"] = {m: f.get("r2") for m, f in (fit_report.get("drafters") or {}).items()}
+        out["shortest_timed_step_s"] = fit_report.get("shortest_step_s")
+        out["outside_steps_share"] = fit_report.get("outside_steps_share")
+        out["overhead_per_step_s"] = fit_report.get("overhead_per_step")
+        out["overhead_by_config_s"] = fit_report.get("overhead_by_config")
+        out["prefill_drafting_share_by_config"] = fit_report.get("prefill_drafting_share_by_config")
+    return out
+
+
+def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
+    """One paragraph on the size of the error and what this run's numbers say about its causes."""
+    if not summary.get("points"):
+        return "No configuration was both benchmarked and traced at a fixed k: nothing to compare."
+    med, worst = summary["median_abs_error"], summary["worst_abs_error"]
+    parts = [f"Median |error| {100 * med:.0f} %, worst {100 * worst:.0f} % over {summary['points']} points"]
+    r = summary
+    if r.get("groups"):
+        parts.append(f"the simulator orders the configurations as measured in {r['groups_agreeing']} of {r['groups']} "
+                     f"(dataset, batch size) groups ({r['concordant_pairs']} pairs concordant, {r['discordant_pairs']} "
+                     "discordant)")
+    parts.append(f"{r.get('within_measured_ci', 0)} of {summary['points']} simulated values lie inside the measured "
+                 "95 % interval")
+    why = []
+    hw = diag.get("median_measured_ci_half_width")
+    if hw is not None and math.isfinite(hw):
+        why.append(f"the measured speedups' own 95 % intervals are ±{100 * hw:.0f} % (median; "
+                   f"{diag.get('median_requests', 0):.0f} requests per point)")
+    if diag.get("target_mean_abs_relative_residual") is not None:
+        unit = "benchmark point" if diag.get("fit_source") == "bench" else "step"
+        why.append(f"the cost model's target fit has R² = {diag.get('target_r2', float('nan')):.2f} and a mean "
+                   f"|relative residual| of {100 * diag['target_mean_abs_relative_residual']:.0f} % per {unit}")
+    if diag.get("repeat_points"):
+        why.append(f"the same point timed twice (benchmark and profiled pass, {diag['repeat_points']} points) differs by "
+                   f"{100 * diag['repeat_median_abs']:.0f} % in the median, up to {100 * diag['repeat_max_abs']:.0f} %")
+    if diag.get("profiled_points"):
+        why.append(f"the same configurations' speedups measured again in the profiled passes ({diag['profiled_points']} "
+                   f"points) differ from the benchmark's by {100 * diag['profiled_vs_bench_median_abs']:.0f} % in the "
+                   f"median, up to {100 * diag['profiled_vs_bench_max_abs']:.0f} % (against those, which come from the "
+                   "passes the cost model was fitted to and so are not independent, the simulator's median |error| is "
+                   f"{100 * diag['simulated_vs_profiled_median_abs']:.0f} %)")
+    step, res = diag.get("shortest_timed_step_s"), diag.get("clock_resolution_s")
+    if step and res:
+        why.append(f"the clock resolves {res:.0e} s against steps of at least {step:.1e} s, so timer resolution is "
+                   "not a cause")
+    share = diag.get("outside_steps_share")
+    if share is not None and math.isfinite(share):
+        why.append(f"{100 * share:.0f} % of the profiled wall time lies outside the engine's steps (scheduling, output "
+                   "processing), which the cost model does not charge")
+    oc = diag.get("overhead_by_config_s") or {}
+    if oc and diag.get("overhead_per_step_s") is not None:
+        why.append("per-step overhead by configuration " + ", ".join(f"{c} {1e3 * v:.1f} ms" for c, v in oc.items())
+                   + f" against the model's one constant {1e3 * diag['overhead_per_step_s']:.1f} ms (the LM head and the "
+                   "rejection sampler grow with the verified tokens)")
+    pd_share = {c: v for c, v in (diag.get("prefill_drafting_share_by_config") or {}).items() if v > 0}
+    if pd_share:
+        why.append("drafting at the prefill step, which the simulator does not charge, takes "
+                   + ", ".join(f"{100 * v:.0f} % ({c})" for c, v in pd_share.items()) + " of the profiled step time")
+    if diag.get("fit_source") == "bench":
+        why.append("the cost model was fitted to these benchmark points' wall times (no profiled pass): in-sample")
+    if run_kind != "gpu":
+        why.append("on a shared CPU, other jobs' load changes step times from one pass to the next")
+    text = "; ".join(parts) + "."
+    if why:
+        text += " What bounds it: " + "; ".join(why) + "."
+    return text
+
+
+# --- CLI --------------------------------------------------------------------------------------------
+
+
+def run_closed_loop(a) -> None:
+    """The body of ``specrepro closed-loop``."""
+    from pathlib import Path
+
+    points = load_points(a.points)
+    points = points[points["exp"] == a.exp]
+    ids = {}
+    for pth in a.prompts:
+        t = read_parquet(pth)
+        for ds, g in t.groupby("dataset"):
+            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
+    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
+    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
+    meas = measured_points(points, ids, traced, a.methods)
+    sim = simulated_points(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)
+    table = join(sim, meas)
+    fit = read_json(a.fit_report) if a.fit_report else None
+    summ = summarise(table)
+    frames = [pd.read_csv(b) for b in a.breakdowns if Path(b).stat().st_size > 0]
+    frames = [f for f in frames if len(f)]
+    bd = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
+    write_csv(a.output, table, float_format="%.6g")
+    write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
+                           "explanation": explanation(summ, diag, a.run_kind)})

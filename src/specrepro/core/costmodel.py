@@ -1,0 +1,121 @@
+"""Step-time cost models of a target model and its proposers on one GPU, as data files.
+
+A cost model is a YAML file (see ``data/cost_models/llama3.1-8b-h100.yaml``)::
+
+    target: {c_kv, c_compute, c_fixed}      T(kv, n) = c_kv*kv + c_compute*n + c_fixed
+    eagle:  {d_kv, d_spec, d_fixed}         EAGLE draft time = d_kv*kv + d_spec*input_len + d_fixed
+    ngram:  {draft_fraction}                n-gram draft time = draft_fraction * T(kv, n)
+    overhead_per_step                       added to every request's latency at every step
+
+All times in seconds. Built-in models are found by name; any other file by path. A file fitted to one
+experiment (:mod:`specrepro.engine.results.modelfit`) has a ``drafters`` section with one drafter's
+``{d_kv, d_spec, d_fixed}`` per method; ``load_cost_model(path, drafter=m)`` takes drafter ``m``'s in place of
+``eagle``'s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import SpecReproError
+
+BUILTIN_DIR = Path(__file__).resolve().parents[1] / "data" / "cost_models"
+
+#: (section, key) of every coefficient a cost model file must define
+COEFFICIENTS = (
+    ("target", "c_kv"),
+    ("target", "c_compute"),
+    ("target", "c_fixed"),
+    ("eagle", "d_kv"),
+    ("eagle", "d_spec"),
+    ("eagle", "d_fixed"),
+    ("ngram", "draft_fraction"),
+    (None, "overhead_per_step"),
+)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Coefficients of the step-time model (seconds)."""
+
+    name: str
+    c_kv: float
+    c_compute: float
+    c_fixed: float
+    d_kv: float
+    d_spec: float
+    d_fixed: float
+    ngram_fraction: float
+    overhead: float
+
+    def target(self, kv, n):
+        """Time of one target forward pass over ``n`` tokens with ``kv`` tokens cached."""
+        return kv * self.c_kv + n * self.c_compute + self.c_fixed
+
+    def eagle_draft(self, kv, input_len):
+        """EAGLE drafting time of one request verifying ``input_len`` tokens."""
+        return kv * self.d_kv + input_len * self.d_spec + self.d_fixed
+
+    def ngram_draft(self, verify_time):
+        """n-gram drafting time: a fixed share of the step's verification time."""
+        return verify_time * self.ngram_fraction
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+
+
+def resolve(name_or_path: str) -> Path:
+    """A built-in model's file by name, else the given path."""
+    builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
+    if builtin.exists():
+        return builtin
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    raise SpecReproError(
+        f"cost model {name_or_path!r}: neither a built-in model ({', '.join(builtin_names())}) nor an existing file"
+    )
+
+
+def load_cost_model(name_or_path: str, drafter: str | None = None) -> CostModel:
+    """Read and check a cost model; a missing or non-numeric coefficient is a one-line error. ``drafter``: use
+    ``drafters.<drafter>`` as the drafting coefficients (``eagle`` without a ``drafters`` section is the file's own)."""
+    path = resolve(name_or_path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SpecReproError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(doc, dict):
+        raise SpecReproError(f"{path}: expected a mapping of cost-model sections")
+    if drafter is not None and not (drafter == "eagle" and "drafters" not in doc):
+        section = (doc.get("drafters") or {}).get(drafter)
+        if not isinstance(section, dict):
+            known = ", ".join(sorted(doc.get("drafters") or {})) or "none"
+            raise SpecReproError(f"{path}: no drafter {drafter!r} in its 'drafters' section (has: {known})")
+        doc = {**doc, "eagle": section}
+    values = {}
+    for section, key in COEFFICIENTS:
+        where = f"{section}.{key}" if section else key
+        holder = doc if section is None else doc.get(section)
+        if not isinstance(holder, dict) or key not in holder:
+            raise SpecReproError(f"{path}: missing coefficient '{where}'")
+        v = holder[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SpecReproError(f"{path}: coefficient '{where}' must be a non-negative number, got {v!r}")
+        values[where] = float(v)
+    return CostModel(
+        name=str(doc.get("name", path.stem)) + (f"/{drafter}" if drafter and "drafters" in doc else ""),
+        c_kv=values["target.c_kv"],
+        c_compute=values["target.c_compute"],
+        c_fixed=values["target.c_fixed"],
+        d_kv=values["eagle.d_kv"],
+        d_spec=values["eagle.d_spec"],
+        d_fixed=values["eagle.d_fixed"],
+        ngram_fraction=values["ngram.draft_fraction"],
+        overhead=values["overhead_per_step"],
+    )

@@ -1,0 +1,1 @@
+"""The simulator of SD speedups from acceptance traces and a cost model (the paper's Section 5)."""

@@ -1,0 +1,181 @@
+"""Paths: the decode steps of each request under a policy (fixed k, oracle, adaptive), walked over its acceptance
+trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ...core.costmodel import CostModel
+from ...core.errors import SpecReproError
+from .workload import AdaptiveParams, SimSpec, adaptive_choice
+
+
+# --- paths: the decode steps of each request ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The decode steps of every drawn request (rows sorted by request, then time).
+
+    Identical for all copies of a request: ``gen`` tokens generated before the step,
+    ``input_len`` tokens verified, ``produced`` tokens produced, the drafting charges
+    (``ngram_w``: n-gram cost charged; ``eagle_w``: EAGLE cost charged) and
+    ``random`` (an n-gram fixed-k step at ``acc_len == 1``: drafted only if matched).
+    """
+
+    request: np.ndarray
+    gen: np.ndarray
+    input_len: np.ndarray
+    produced: np.ndarray
+    ngram_w: np.ndarray
+    eagle_w: np.ndarray
+    random: np.ndarray
+
+    @property
+    def final(self) -> np.ndarray:
+        """The last step of each request."""
+        out = np.ones(self.request.size, dtype=bool)
+        out[:-1] = self.request[1:] != self.request[:-1]
+        return out
+
+
+def _flat(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.array([a.size for a in arrays], dtype=np.int64)
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+    return flat.astype(np.int64), np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+
+
+def walk(acc: Sequence[np.ndarray], cap: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Visited positions of every request: ``(request, position)`` in time order.
+
+    From position 0 a request jumps by ``min(acc_len, cap)`` (``cap`` None = oracle)
+    until ``position >= L - 1`` (then all ``L`` tokens exist). Pointer doubling: the
+    positions at times that are multiples of ``2^m`` expand to those at multiples of
+    ``2^(m-1)`` by one more jump of ``2^(m-1)`` steps each.
+    """
+    flat, off = _flat(acc)
+    R = len(acc)
+    L = np.diff(off)
+    req = np.repeat(np.arange(R), L)
+    pos = np.arange(flat.size) - off[req]
+    jump = flat if cap is None else np.minimum(flat, cap)
+    # node = flat index; the node at position L-1 of each request is its sink (finished)
+    if np.any(L < 1):
+        raise SpecReproError("walk: every request needs a non-empty trace")
+    sink = off[1:] - 1
+    nxt = off[req] + np.minimum(pos + jump, L[req] - 1)
+    nxt[sink] = sink
+    starts = off[:-1]
+    jumps = [nxt]
+    while not np.all(jumps[-1][starts] == sink) and len(jumps) < 64:
+        jumps.append(jumps[-1][jumps[-1]])
+    is_sink = np.zeros(flat.size, dtype=bool)
+    is_sink[sink] = True
+    cur = starts[~is_sink[starts]]
+    for j in reversed(jumps[:-1]):
+        pair = np.stack([cur, j[cur]], axis=1).ravel()
+        cur = pair[~is_sink[pair]]
+    return req[cur], pos[cur]
+
+
+def _fixed_or_oracle_steps(spec: SimSpec, acc, ng, ea) -> Steps:
+    cap = None if spec.k is None else spec.k + 1
+    r, pos = walk(acc, cap)
+    flat, off = _flat(acc)
+    a = flat[off[r] + pos]
+    inp = a if cap is None else np.full(a.size, cap, dtype=np.int64)
+    produced = np.minimum(a, inp)
+    n = a.size
+    if spec.proposer == "ngram":
+        ngram_w = (inp > 1).astype(np.float64)  # a step verifying only 1 token drafted nothing
+        eagle_w = np.zeros(n)
+    elif spec.proposer in ("suffix", "combined3"):
+        # the suffix lookup runs every step (charged as n-gram's); Oracle Combine of three: the paper's accounting
+        ngram_w, eagle_w = np.ones(n), np.zeros(n)
+    elif spec.proposer == "eagle":
+        ngram_w, eagle_w = np.zeros(n), np.ones(n)
+    else:
+        fng, _ = _flat(ng)
+        fea, _ = _flat(ea)
+        a_ng, a_ea = fng[off[r] + pos], fea[off[r] + pos]
+        if spec.combine_cost == "ngram":
+            ngram_w, eagle_w = np.ones(n), np.zeros(n)
+        elif spec.combine_cost == "winner":  # ties go to the cheaper n-gram
+            win_ng = a_ng >= a_ea
+            ngram_w, eagle_w = win_ng.astype(np.float64), (~win_ng).astype(np.float64)
+        else:
+            ngram_w, eagle_w = np.ones(n), np.ones(n)
+    rnd = (a == 1) if spec.random_ngram else np.zeros(n, dtype=bool)
+    gen = 1 + _exclusive_cumsum_by(r, produced)
+    return Steps(r, gen, inp, produced, ngram_w, eagle_w, rnd)
+
+
+def _exclusive_cumsum_by(group: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per-group running sum of ``x`` before each row (rows grouped contiguously)."""
+    cs = np.cumsum(x)
+    total_before = cs - x
+    first = np.ones(group.size, dtype=bool)
+    first[1:] = group[1:] != group[:-1]
+    base = np.repeat(total_before[first], np.diff(np.concatenate([np.flatnonzero(first), [group.size]])))
+    return total_before - base
+
+
+def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
+    """Run the adaptive policy for all requests at once (one array slot per request)."""
+    fng, off = _flat(ng)
+    fea, _ = _flat(ea)
+    R = len(ng)
+    L = np.diff(off)
+    gen = np.ones(R, dtype=np.int64)
+    s_ng, f_ng, s_ea, f_ea = (np.zeros(R) for _ in range(4))
+    cols = {k: [] for k in ("request", "gen", "input_len", "produced", "ngram")}
+    active = np.flatnonzero(gen < L)
+    while active.size:
+        i = off[active] + gen[active] - 1
+        a_ng, a_ea = fng[i], fea[i]
+        kv = (B * (P[active] + gen[active])).astype(np.float64)
+        ngm, k = adaptive_choice(params, cost, B, kv, s_ng[active], f_ng[active], s_ea[active], f_ea[active])
+        inp = k + 1
+        produced = np.minimum(np.where(ngm, a_ng, a_ea), inp)
+        for key, val in zip(cols, (active, gen[active], inp, produced, ngm)):
+            cols[key].append(val)
+        s_ng[active], f_ng[active], s_ea[active], f_ea[active] = _observe(
+            params, ngm, k, produced, a_ng, s_ng[active], f_ng[active], s_ea[active], f_ea[active])
+        gen[active] += produced
+        active = active[gen[active] < L[active]]
+    if not cols["request"]:
+        z = np.zeros(0, dtype=np.int64)
+        return Steps(z, z, z, z, z.astype(float), z.astype(float), z.astype(bool))
+    c = {k: np.concatenate(v) for k, v in cols.items()}
+    order = np.lexsort((c["gen"], c["request"]))
+    c = {k: v[order] for k, v in c.items()}
+    ngram_w = np.ones(c["request"].size)  # the lookup runs every step
+    eagle_w = (~c["ngram"]).astype(np.float64)
+    return Steps(c["request"], c["gen"], c["input_len"], c["produced"], ngram_w, eagle_w,
+                 np.zeros(c["request"].size, dtype=bool))
+
+
+def _observe(params: AdaptiveParams, used_ng, k, produced, acc_ng, s_ng, f_ng, s_ea, f_ea):
+    """Decayed accepted/rejected counts after a step (array or scalar arguments alike)."""
+    d = produced - 1  # draft tokens accepted
+    rejected = (d < k).astype(np.float64) if isinstance(d, np.ndarray) else float(d < k)
+    s_ng, f_ng, s_ea, f_ea = (x * params.decay for x in (s_ng, f_ng, s_ea, f_ea))
+    # the n-gram proposal checked against the `produced` tokens now known: a mismatch, or all of them agree
+    m = acc_ng - 1
+    seen_s = np.where(m < produced, m, produced) if isinstance(m, np.ndarray) else (m if m < produced else produced)
+    seen_f = (m < produced).astype(np.float64) if isinstance(m, np.ndarray) else float(m < produced)
+    s_ng = s_ng + np.where(used_ng, d, seen_s)
+    f_ng = f_ng + np.where(used_ng, rejected, seen_f)
+    s_ea = s_ea + np.where(used_ng, 0, d)
+    f_ea = f_ea + np.where(used_ng, 0.0, rejected)
+    return s_ng, f_ng, s_ea, f_ea
+
+
+def decode_steps(spec: SimSpec, acc, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
+    """The decode steps of every request; only the adaptive policy's depend on ``B`` and the cost."""
+    if spec.policy == "adaptive":
+        return _adaptive_steps(spec.adaptive, ng, ea, P, B, cost)
+    return _fixed_or_oracle_steps(spec, acc, ng, ea)
