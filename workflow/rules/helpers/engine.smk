@@ -8,11 +8,6 @@ def engine_resources(model, estimate_min=None):
     return _engine_resources(config["models"][model], config["cluster"], estimate_min)
 
 
-def engine_resource(key, model_of):
-    """One resource as a function of wildcards: `gpu=engine_resource("gpu", lambda wc: EXP[wc.exp]["model"])`."""
-    return lambda wc: engine_resources(model_of(wc))[key]
-
-
 ENGINE_JOBS = {(x, c): v for x in EXPERIMENTS for c, v in exp_configs(x).items()}
 ENGINE_LABELS = sorted({c for _, c in ENGINE_JOBS})
 # Fig. 2's tree study: experiments on SGLang (rule engine_sglang_bench) and vLLM experiments with draft trees
@@ -27,10 +22,6 @@ for _job in _NO_TREE:
 if _NO_TREE and workflow.is_main_process:
     print("note: vLLM tree jobs on an image whose vLLM has no tree path are left out: "
           + ", ".join(f"{x}/{c} ({why})" for (x, c), why in sorted(_NO_TREE.items())), file=sys.stderr)
-
-
-def max_output(exp, dataset):
-    return _jobs.max_output(config, EXPERIMENTS[exp], dataset)
 
 
 def bench_spec(wc, profile=False):
@@ -170,11 +161,6 @@ def all_bench_points(thinking=None, tree=None):
         if (thinking is None or bool(EXPERIMENTS[x].get("thinking")) == thinking)
         and (tree is None or (x in TREE_EXPERIMENTS) == tree)
     ]
-
-
-def exp_engine(exp):
-    """The engine section with the experiment's own settings over it (dtype, n-gram lookup)."""
-    return _jobs.engine_settings(config, EXPERIMENTS[exp])
 
 
 # Experiments in the trend-check table (tab_trends): which of the paper's findings a CPU stand-in shows.
