@@ -84,3 +84,11 @@ def band(ax, s: pd.DataFrame, color: str, alpha: float = 0.15) -> None:
     ok = s["ci_low"].notna() & s["ci_high"].notna()
     ax.fill_between(s.loc[ok, "batch_size"], s.loc[ok, "ci_low"], s.loc[ok, "ci_high"], color=color, alpha=alpha,
                     linewidth=0, zorder=1)
+
+
+def plot_policy(ax, s: pd.DataFrame, pol: str) -> None:
+    """One policy's simulated speedup against batch size (Fig. 10's styles) over its 95 % band."""
+    label, color, marker, ls = POLICY_STYLE[pol]
+    ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, linestyle=ls,
+            markersize=6 if marker == "*" else 3.5, label=label)
+    band(ax, s, color)

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 from . import FigureSpec, TraceContext
 from . import style
 from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
-from ._sim import POLICY_STYLE, band, bs_axis, series
+from ._sim import bs_axis, plot_policy, series
 
 SPEC = FigureSpec(
     name="fig10_sim_engine",
@@ -55,10 +55,7 @@ def build(args, ctx: TraceContext) -> None:
                 s = series(df, ds, prop, pol)
                 if s.empty:
                     continue
-                label, color, marker, ls = POLICY_STYLE[pol]
-                ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, linestyle=ls,
-                        markersize=6 if marker == "*" else 3.5, label=label)
-                band(ax, s, color)
+                plot_policy(ax, s, pol)
             bs_axis(ax, sorted(df["batch_size"].unique()))
             if i == 0:
                 ax.set_title(wrap_label(ctx.dataset_label(ds)))

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 
 from . import FigureSpec, TraceContext
 from . import style
-from ._sim import POLICY_STYLE, band, bs_axis, load_summaries, paper_values, series
+from ._sim import bs_axis, load_summaries, paper_values, plot_policy, series
 
 SPEC = FigureSpec(
     name="fig10_sim_speedup",
@@ -52,10 +52,7 @@ def build(args, ctx: TraceContext) -> None:
                 s = series(df, ds, prop, pol)
                 if s.empty:
                     continue
-                label, color, marker, ls = POLICY_STYLE[pol]
-                ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, linestyle=ls,
-                        markersize=6 if marker == "*" else 3.5, label=label)
-                band(ax, s, color)
+                plot_policy(ax, s, pol)
                 pts = [(b, paper[k]) for b in s["batch_size"]
                        if (k := f"sim.{ctx.subject}.{ds}.{prop}.{pol}.b{b}") in paper]
                 if pts:
