@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from .io import SpecReproError, atomic_path
-from .traces import TraceFormatError, TraceRecord, parse_record
+from .traces import TraceRecord, parse_record, read_records
 
 
 @dataclass(frozen=True)
@@ -162,35 +161,17 @@ def agreement(reference: Sequence[np.ndarray], computed: Sequence[np.ndarray]) -
 def read_token_trace(path: str | os.PathLike) -> tuple[list[dict], list[TraceRecord]]:
     """The raw JSON objects and validated records of a trace file whose records may lack any
     ``acc_*`` field (only tokens are needed here); errors name file, line and field."""
-    path = Path(path)
-    if not path.exists():
-        raise TraceFormatError(f"{path}: trace file not found")
-    objs, records, seen = [], [], {}
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TraceFormatError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-            probe = obj
-            token_only = isinstance(obj, dict) and not any(k.startswith("acc_") for k in obj)
-            if token_only:
-                # a token-only record: validate its tokens; its n-gram trace is computed below
-                out = obj.get("generated_token_ids")
-                probe = {**obj, "acc_ngram": {"acc_len": [1] * len(out) if isinstance(out, list) else []}}
-            rec = parse_record(probe, where, aligned=())
-            if rec.id in seen:
-                raise TraceFormatError(f"{where}: field 'id' value {rec.id!r} repeats line {seen[rec.id]}")
-            seen[rec.id] = lineno
-            objs.append(obj)
-            acc = {} if token_only else rec.acc_len
-            records.append(TraceRecord(rec.id, rec.prompt_token_ids, rec.generated_token_ids, acc, lineno))
-    if not records:
-        raise TraceFormatError(f"{path}: no records (empty trace file)")
-    return objs, records
+    def parse(obj, where: str) -> TraceRecord:
+        if not (isinstance(obj, dict) and not any(k.startswith("acc_") for k in obj)):
+            return parse_record(obj, where, aligned=())
+        # a token-only record: validate its tokens; its n-gram trace is computed below
+        out = obj.get("generated_token_ids")
+        rec = parse_record({**obj, "acc_ngram": {"acc_len": [1] * len(out) if isinstance(out, list) else []}}, where,
+                           aligned=())
+        return TraceRecord(rec.id, rec.prompt_token_ids, rec.generated_token_ids, {})
+
+    pairs = read_records(path, parse)
+    return [obj for obj, _ in pairs], [rec for _, rec in pairs]
 
 
 def write_ngram_trace(objs: Sequence[dict], acc: Sequence[np.ndarray], output: str | os.PathLike) -> None:

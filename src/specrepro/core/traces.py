@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -100,12 +100,14 @@ def parse_record(obj: object, where: str, aligned: Sequence[str] = DEFAULT_ALIGN
     return TraceRecord(str(rid), prompt, output, acc)
 
 
-def read_trace(path: str | os.PathLike, aligned: Sequence[str] = DEFAULT_ALIGNED) -> list[TraceRecord]:
-    """Read and validate a whole trace file; raise :class:`TraceFormatError` on the first bad line."""
+def read_records(path: str | os.PathLike, parse) -> list[tuple[dict, TraceRecord]]:
+    """(JSON object, record) of every non-blank line of a trace file, ``parse(obj, where)`` making the record (its
+    ``line`` set here); a missing or empty file, a line that is not JSON and a repeated id raise
+    :class:`TraceFormatError` naming file and line."""
     path = Path(path)
     if not path.exists():
         raise TraceFormatError(f"{path}: trace file not found")
-    records: list[TraceRecord] = []
+    out: list[tuple[dict, TraceRecord]] = []
     seen: dict[str, int] = {}
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -116,14 +118,19 @@ def read_trace(path: str | os.PathLike, aligned: Sequence[str] = DEFAULT_ALIGNED
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise TraceFormatError(f"{where}: not valid JSON ({exc.msg}, column {exc.colno})") from None
-            rec = parse_record(obj, where, aligned)
+            rec = parse(obj, where)
             if rec.id in seen:
                 raise TraceFormatError(f"{where}: field 'id' value {rec.id!r} repeats line {seen[rec.id]}")
             seen[rec.id] = lineno
-            records.append(TraceRecord(rec.id, rec.prompt_token_ids, rec.generated_token_ids, rec.acc_len, lineno))
-    if not records:
+            out.append((obj, replace(rec, line=lineno)))
+    if not out:
         raise TraceFormatError(f"{path}: no records (empty trace file)")
-    return records
+    return out
+
+
+def read_trace(path: str | os.PathLike, aligned: Sequence[str] = DEFAULT_ALIGNED) -> list[TraceRecord]:
+    """Read and validate a whole trace file; raise :class:`TraceFormatError` on the first bad line."""
+    return [rec for _, rec in read_records(path, lambda obj, where: parse_record(obj, where, aligned))]
 
 
 def record_to_json(rec: TraceRecord) -> dict:
