@@ -184,6 +184,22 @@ def sweep_inputs(a, engine: str, **extra: Any) -> tuple[BenchSpec, dict, dict, d
     return spec, prompts, target, drafter, prov
 
 
+def resume_sweep(spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike,
+                 retry_failed: bool, log) -> tuple[Path, Path, dict, list]:
+    """Where a sweep (vLLM or SGLang) stands: its output path, its checkpoint (``<output>.partial.jsonl``), the
+    points the checkpoint holds (only those that ran ok with ``retry_failed``) and the points still to run."""
+    output = Path(output)
+    ckpt = output.with_name(output.name + ".partial.jsonl")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    done = {tuple(r[k] for k in KEY): r for r in read_checkpoint(ckpt)}
+    if retry_failed:
+        done = {k: r for k, r in done.items() if r["status"] == "ok"}
+    todo = [p for p in plan_points(spec, prompts) if p not in done]
+    if done:
+        print(f"{spec.exp} {spec.label}: resuming, {len(done)} points done, {len(todo)} to run", file=log)
+    return output, ckpt, done, todo
+
+
 def run_sweep(
     spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *, model_dir: str,
     drafter_dir: str | None = None, provenance: Mapping[str, Any] | None = None, retry_failed: bool = False,
@@ -196,15 +212,7 @@ def run_sweep(
     says ``status: failed``, and the job ends normally so the run's other jobs and the report go on.
     """
     t_job = time.perf_counter()
-    output = Path(output)
-    ckpt = output.with_name(output.name + ".partial.jsonl")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    done = {tuple(r[k] for k in KEY): r for r in read_checkpoint(ckpt)}
-    if retry_failed:
-        done = {k: r for k, r in done.items() if r["status"] == "ok"}
-    todo = [p for p in plan_points(spec, prompts) if p not in done]
-    if done:
-        print(f"{spec.exp} {spec.label}: resuming, {len(done)} points done, {len(todo)} to run", file=log)
+    output, ckpt, done, todo = resume_sweep(spec, prompts, output, retry_failed, log)
     base = {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": spec.label,
             "batching": spec.batching, **dict(provenance or {})}
     t_load, vllm_memory, start_error, llm_kwargs = None, None, None, {}

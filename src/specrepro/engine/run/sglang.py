@@ -59,7 +59,7 @@ import pandas as pd
 
 from ...core.io import SpecReproError, write_json, write_parquet
 from ...jobspec.args import BenchSpec, error_line, experiment_configs
-from .bench import KEY, batch_prompts, plan_points, points_table, read_checkpoint, run_points, sweep_inputs
+from .bench import batch_prompts, points_table, resume_sweep, run_points, sweep_inputs
 from ...jobspec.counters import counter_problems
 from ...jobspec.jobs import bench_spec
 from ...jobspec.sglang import (  # noqa: F401 - re-exported (the sweep's keywords are built there)
@@ -266,15 +266,7 @@ def run_sweep(
     An engine that does not start (SGLang raises in ``Engine()`` or the warm-up, or a scheduler process
     fails while loading) is recorded as :func:`specrepro.engine.run.bench.run_sweep` records it for vLLM."""
     t_job = time.perf_counter()
-    output = Path(output)
-    ckpt = output.with_name(output.name + ".partial.jsonl")
-    output.parent.mkdir(parents=True, exist_ok=True)
-    done = {tuple(r[k] for k in KEY): r for r in read_checkpoint(ckpt)}
-    if retry_failed:
-        done = {k: r for k, r in done.items() if r["status"] == "ok"}
-    todo = [p for p in plan_points(spec, prompts) if p not in done]
-    if done:
-        print(f"{spec.exp} {spec.label}: resuming, {len(done)} points done, {len(todo)} to run", file=log)
+    output, ckpt, done, todo = resume_sweep(spec, prompts, output, retry_failed, log)
     scratch = tempfile.TemporaryDirectory(prefix="specrepro-drafter-")  # a drafter view lives as long as the sweep
     arch = None
     if drafter_dir and spec.method in DRAFTER_ARCH:
