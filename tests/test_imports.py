@@ -16,6 +16,8 @@ import import_graph as ig  # noqa: E402
 LOCAL_ALLOWED = {
     # the vLLM plugin loads in every vLLM process: its wrappers (and pandas) only when SPECREPRO_INSTRUMENT is set
     ("specrepro.vllm_plugin", "specrepro.engine.run.instrument"),
+    # ... and its draft hook only when SPECREPRO_DRAFT is set
+    ("specrepro.vllm_plugin", "specrepro.engine.run.drafts"),
 }
 #: functions that are a verb's body (``add_cli`` registers the verb, ``run`` runs it): what the verb drives is
 #: imported there so that ``specrepro --help`` and the other verbs do not import it

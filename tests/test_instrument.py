@@ -17,6 +17,7 @@ import pytest
 from conftest import REPO, model_manifest_file, needs_vllm
 from specrepro.engine.check.hookcheck import PINNED_VLLM, check_tree, installed_tree
 from specrepro.engine.run.instrument import FAMILIES, family_for, parse_flags
+from specrepro.jobspec.hooks import draft_table_for
 
 SRC = REPO / "src"
 
@@ -100,7 +101,11 @@ def _fake_tree(tmp_path, version):
     except Exception as exc:  # noqa: BLE001
         pytest.skip(f"vLLM {version} sdist unavailable: {exc}")
     fam = family_for(version)
-    for mod in {h.module for h in fam.hooks} | {r.module for r in fam.reads}:
+    draft = draft_table_for(version)
+    mods = {h.module for h in fam.hooks} | {r.module for r in fam.reads}
+    if draft is not None:
+        mods |= {h.module for h in draft.hooks} | {r.module for r in draft.reads}
+    for mod in mods:
         src = module_file(root, mod)
         dst = tmp_path / src.relative_to(root)
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +127,9 @@ def test_a_renamed_hook_is_reported_with_the_engine_version(tmp_path):
         "vLLM 0.10.1.1: vllm.v1.sample.rejection_sampler.RejectionSampler.forward (hook family vllm-0.10/0.11, "
         "accept): parameters ['meta', 'draft_probs', 'target_logits', 'bonus_token_ids'], the wrapper expects "
         "['metadata', 'draft_probs'] first",
+        # the draft-substitution hook (specrepro.engine.run.drafts) wraps the same method
+        "vLLM 0.10.1.1: vllm.v1.worker.gpu_model_runner.GPUModelRunner.propose_draft_token_ids (hook family "
+        "vllm-0.10/0.11 draft, draft_list): GPUModelRunner has no method propose_draft_token_ids",
     ]
     # the CLI exits 2 and prints the lines
     from specrepro.cli import main

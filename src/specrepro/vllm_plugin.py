@@ -2,7 +2,7 @@
 
 vLLM calls :func:`register` in every engine process (the process that builds the ``LLM``, the engine
 core and every worker under tensor parallelism). Without ``SPECREPRO_INSTRUMENT`` in the environment it
-returns at once, importing nothing; with it, :mod:`specrepro.engine.run.instrument` wraps the model
+(nor ``SPECREPRO_DRAFT``) returns at once, importing nothing; with it, :mod:`specrepro.engine.run.instrument` wraps the model
 runner's phases. Kept free of heavy imports: every vLLM process on a machine with specrepro on its
 path loads this module.
 
@@ -16,12 +16,17 @@ from __future__ import annotations
 import os
 
 MODE_ENV = "SPECREPRO_INSTRUMENT"
+#: a draft plan (JSON path) switches the draft-substitution hook on (specrepro.engine.run.drafts)
+DRAFT_ENV = "SPECREPRO_DRAFT"
 
 
 def register() -> None:
-    """Install the instrumentation when the environment asks for it (idempotent)."""
-    if not os.environ.get(MODE_ENV):
-        return
-    from .engine.run import instrument
+    """Install the instrumentation and the draft hook when the environment asks for them (idempotent)."""
+    if os.environ.get(MODE_ENV):
+        from .engine.run import instrument
 
-    instrument.install()
+        instrument.install()
+    if os.environ.get(DRAFT_ENV):
+        from .engine.run import drafts
+
+        drafts.install()

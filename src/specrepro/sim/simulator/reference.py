@@ -98,7 +98,8 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
             n_in = inputs[c]
             ngram_cost, eagle_cost = cost.ngram_draft(t), cost.eagle_draft(kv, n_in)
             if spec.policy == "adaptive":
-                draft = ngram_cost + (0.0 if mode_ng[c] else eagle_cost)
+                e_in = int(spec.adaptive.drafter_input(not mode_ng[c], n_in - 1))
+                draft = ngram_cost + (cost.eagle_draft(kv, e_in) if e_in else 0.0)
                 got = min(int(ng[pos] if mode_ng[c] else ea[pos]), n_in)
             else:
                 got = min(int(acc[pos]), n_in)

@@ -10,7 +10,8 @@ import numpy as np
 
 from ...core.costmodel import CostModel
 from ...core.errors import SpecReproError
-from .workload import AdaptiveParams, SimSpec, adaptive_choice
+from ...core.policy import AdaptiveParams, adaptive_choice, observe as _observe
+from .workload import SimSpec
 
 
 # --- paths: the decode steps of each request ---------------------------------------------
@@ -23,7 +24,9 @@ class Steps:
     Identical for all copies of a request: ``gen`` tokens generated before the step,
     ``input_len`` tokens verified, ``produced`` tokens produced, the drafting charges
     (``ngram_w``: n-gram cost charged; ``eagle_w``: EAGLE cost charged) and
-    ``random`` (an n-gram fixed-k step at ``acc_len == 1``: drafted only if matched).
+    ``random`` (an n-gram fixed-k step at ``acc_len == 1``: drafted only if matched) and ``eagle_in``
+    (the model drafter's charged input tokens where they differ from ``input_len``: the adaptive policy with a
+    ``drafter_charge`` other than ``chosen``; None elsewhere).
     """
 
     request: np.ndarray
@@ -33,6 +36,7 @@ class Steps:
     ngram_w: np.ndarray
     eagle_w: np.ndarray
     random: np.ndarray
+    eagle_in: np.ndarray | None = None
 
     @property
     def final(self) -> np.ndarray:
@@ -153,25 +157,14 @@ def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost:
     order = np.lexsort((c["gen"], c["request"]))
     c = {k: v[order] for k, v in c.items()}
     ngram_w = np.ones(c["request"].size)  # the lookup runs every step
-    eagle_w = (~c["ngram"]).astype(np.float64)
+    eagle_in = None
+    if params.drafter_charge == "chosen":
+        eagle_w = (~c["ngram"]).astype(np.float64)
+    else:  # the engine's accounting: the drafter runs (part of) its draft whichever draft is verified
+        eagle_in = params.drafter_input(~c["ngram"], c["input_len"] - 1).astype(np.int64)
+        eagle_w = (eagle_in > 0).astype(np.float64)
     return Steps(c["request"], c["gen"], c["input_len"], c["produced"], ngram_w, eagle_w,
-                 np.zeros(c["request"].size, dtype=bool))
-
-
-def _observe(params: AdaptiveParams, used_ng, k, produced, acc_ng, s_ng, f_ng, s_ea, f_ea):
-    """Decayed accepted/rejected counts after a step (array or scalar arguments alike)."""
-    d = produced - 1  # draft tokens accepted
-    rejected = (d < k).astype(np.float64) if isinstance(d, np.ndarray) else float(d < k)
-    s_ng, f_ng, s_ea, f_ea = (x * params.decay for x in (s_ng, f_ng, s_ea, f_ea))
-    # the n-gram proposal checked against the `produced` tokens now known: a mismatch, or all of them agree
-    m = acc_ng - 1
-    seen_s = np.where(m < produced, m, produced) if isinstance(m, np.ndarray) else (m if m < produced else produced)
-    seen_f = (m < produced).astype(np.float64) if isinstance(m, np.ndarray) else float(m < produced)
-    s_ng = s_ng + np.where(used_ng, d, seen_s)
-    f_ng = f_ng + np.where(used_ng, rejected, seen_f)
-    s_ea = s_ea + np.where(used_ng, 0, d)
-    f_ea = f_ea + np.where(used_ng, 0.0, rejected)
-    return s_ng, f_ng, s_ea, f_ea
+                 np.zeros(c["request"].size, dtype=bool), eagle_in)
 
 
 def decode_steps(spec: SimSpec, acc, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:

@@ -9,8 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ...core.costmodel import CostModel
 from ...core.errors import SpecReproError
+from ...core.policy import AdaptiveParams, adaptive_choice  # noqa: F401 - re-exported: the shared policy
 from ...core.traces import TraceRecord
 from ...jobspec.schedule import check_schedule, schedule_k
 from ..names import (
@@ -88,51 +88,6 @@ class Workload:
     def equal_length(self) -> np.ndarray:
         """Requests whose two traces both have one value per recorded output token."""
         return (self.lengths("ngram") == self.output_len) & (self.lengths("eagle") == self.output_len)
-
-
-@dataclass(frozen=True)
-class AdaptiveParams:
-    """The online adaptive policy (proposer ``combined``, policy ``adaptive``).
-
-    It sees only the past. For each proposer it keeps decayed counts of accepted (S) and
-    rejected (F) draft tokens and estimates the per-token acceptance
-    ``alpha = (S + w * prior) / (S + F + w)``. Each step it picks the proposer and k
-    (1..k_max) that maximise the expected tokens ``(1 - alpha^(k+1)) / (1 - alpha)`` per unit
-    of step time under the cost model, at the batch size and cache size of that step. The
-    cheap n-gram lookup runs every step (and is charged): after the step its proposal is
-    compared with the tokens the step produced, so n-gram is observed even while EAGLE
-    drafts; EAGLE is observed only when it drafts. An n-gram step is charged as matched.
-    """
-
-    decay: float = 0.7
-    prior_weight: float = 2.0
-    eagle_prior: float = 0.7
-    ngram_prior: float = 0.3
-    eagle_k_max: int = 7
-    ngram_k_max: int = 20
-
-
-def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndarray, s_ng: np.ndarray,
-                    f_ng: np.ndarray, s_ea: np.ndarray, f_ea: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(use n-gram, k) per request: the choice with the most expected tokens per second."""
-    w = params.prior_weight
-
-    def best(s, f, prior, k_max, eagle):
-        alpha = np.clip((s + w * prior) / (s + f + w), 0.0, 0.999)[:, None]
-        k = np.arange(1, k_max + 1)[None, :]
-        tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
-        t = cost.target(kv[:, None], B * (k + 1))
-        tau = t + cost.overhead + cost.ngram_draft(t)  # the n-gram lookup runs every step
-        if eagle:
-            tau = tau + cost.eagle_draft(kv[:, None], k + 1)
-        rate = tokens / tau
-        j = np.argmax(rate, axis=1)
-        return rate[np.arange(rate.shape[0]), j], j + 1
-
-    r_ng, k_ng = best(s_ng, f_ng, params.ngram_prior, params.ngram_k_max, False)
-    r_ea, k_ea = best(s_ea, f_ea, params.eagle_prior, params.eagle_k_max, True)
-    use_ng = r_ng >= r_ea
-    return use_ng, np.where(use_ng, k_ng, k_ea)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,146 @@
+"""The draft-substitution modes (specrepro.jobspec.drafts) and the policy the simulator and the engine share
+(specrepro.core.policy): hand-computed drafts, the same choices from the same accepted-count history, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specrepro.core.costmodel import load_cost_model
+from specrepro.core.errors import SpecReproError
+from specrepro.core.policy import AdaptiveParams, ngram_first
+from specrepro.jobspec.drafts import DraftPlanner, make_plan, prompt_key, refusal
+from specrepro.jobspec.hooks import DRAFT_HOOKS, draft_table_for
+from specrepro.sim.simulator import _adaptive_steps
+
+REF = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]
+PROMPT = [1, 2, 3]
+KEY = prompt_key(PROMPT)
+ACC_NG = [1, 3, 1, 1, 5, 2, 1, 1, 1, 1, 1, 1]
+ACC_EA = [1, 2, 2, 4, 1, 3, 2, 2, 1, 2, 1, 1]
+
+
+def _plan(mode, k=20, **kw):
+    return make_plan(mode, k, requests=[{"prompt_token_ids": PROMPT, "output_token_ids": REF,
+                                         "acc": {"ngram": ACC_NG, "eagle": ACC_EA}}], **kw)
+
+
+def test_oracle_proposes_the_reference_as_far_as_the_trace_accepted():
+    p = DraftPlanner(_plan("oracle", of="ngram"))
+    assert p.propose("r", KEY, REF[:1], own=[99] * 20).draft == REF[1:3]      # acc_ngram[1] = 3: two tokens
+    assert p.propose("r", KEY, REF[:4], own=[99] * 20).draft == REF[4:8]      # acc_ngram[4] = 5
+    assert p.propose("r", KEY, REF[:6], own=[99] * 20).draft == []           # acc 1: nothing to propose
+    e = DraftPlanner(_plan("oracle", k=2, of="eagle"))
+    assert e.propose("r", KEY, REF[:3], own=[7, 7]).draft == REF[3:5]        # acc_eagle[3] = 4, capped at k = 2
+    c = DraftPlanner(_plan("oracle", of="combine", drafter="eagle"))
+    # per position the better of the two traces: max(3, 2) at 1, max(1, 4) at 3
+    assert c.propose("r", KEY, REF[:1], own=[]).draft == REF[1:3]
+    assert c.propose("r", KEY, REF[:3], own=[]).draft == REF[3:6]
+
+
+def test_a_departed_request_gets_the_drafters_own_draft_and_is_counted():
+    p = DraftPlanner(_plan("oracle", of="ngram"))
+    p.propose("r", KEY, REF[:1], own=[])
+    prop = p.propose("r", KEY, REF[:2] + [55], own=[5, 6])   # the output left the reference at position 2
+    assert prop.departed and prop.draft == [5, 6] and prop.source == "drafter"
+    assert p.state["r"].departed == 2 and p.departed == {"r"}
+    # tokens past the reference's end (the engine overshoots max_tokens inside a step) are no departure
+    q = DraftPlanner(_plan("oracle", of="ngram"))
+    assert not q.propose("s", KEY, REF + [1, 2], own=[]).departed and not q.departed
+
+
+def test_controlled_profiles_propose_exactly_j_correct_tokens():
+    none = DraftPlanner(_plan("controlled", k=3, profile="none")).propose("r", KEY, REF[:2], own=[])
+    assert none.draft == [0, 0, 0]                                       # k wrong tokens (REF[2] = 12 != 0)
+    assert DraftPlanner(_plan("controlled", k=3, profile="all")).propose("r", KEY, REF[:2], own=[]).draft == REF[2:5]
+    cyc = DraftPlanner(_plan("controlled", k=4, profile={"name": "c", "j": [1, 3]}))
+    assert cyc.propose("r", KEY, REF[:2], own=[]).draft == [12, 0, 0, 0]
+    assert cyc.propose("r", KEY, REF[:4], own=[]).draft == [14, 15, 16, 0]
+    assert cyc.propose("r", KEY, REF[:6], own=[]).draft == [16, 0, 0, 0]  # cycles per step
+    tr = DraftPlanner(_plan("controlled", k=5, profile={"trace": "eagle"}))
+    assert tr.propose("r", KEY, REF[:3], own=[]).draft == [13, 14, 15, 0, 0]  # acc_eagle[3] - 1 = 3 correct
+    with pytest.raises(SpecReproError, match="unknown controlled profile"):
+        _plan("controlled", k=3, profile="most")
+
+
+def test_ngram_first_is_pr_24344s_rule():
+    use, k = ngram_first([0, 2, 9], 5)
+    assert use.tolist() == [False, True, True] and k.tolist() == [5, 2, 5]
+    p = DraftPlanner(make_plan("hybrid", 5, policy="ngram-first"))
+    assert p.propose("r", "-", [1, 2], own=[7] * 5, ngram=[3, 4]).draft == [3, 4]
+    assert p.propose("r", "-", [1, 2, 3], own=[7] * 5, ngram=[]).draft == [7] * 5
+
+
+def _engine_choices(params, cost, ng, ea, P, B):
+    """Drive the engine's planner over acceptance traces as the engine would: at ``gen`` tokens the n-gram
+    proposal and the drafter's draft are correct for ``acc[gen - 1] - 1`` tokens (the simulator's index), the
+    step produces ``min(acc of the chosen, k + 1)``; returns (request, gen, input_len, used drafter) rows."""
+    rows = []
+    for r, (a_ng, a_ea) in enumerate(zip(ng, ea)):
+        L = a_ng.size
+        ref = list(range(1000, 1000 + L + 40))
+        plan = make_plan("hybrid", params.eagle_k_max, policy="adaptive", cost_model=cost, adaptive=params)
+        planner = DraftPlanner(plan)
+        gen = 1
+        while gen < L:
+            i = gen - 1
+            prop_ng = ref[gen:gen + a_ng[i] - 1] + [0] * params.ngram_k_max
+            own = ref[gen:gen + a_ea[i] - 1] + [0] * params.eagle_k_max
+            p = planner.propose("r", "-", ref[:gen], own=own[:params.eagle_k_max], ngram=prop_ng[:params.ngram_k_max],
+                                batch_size=B, context=int(P[r]) + gen)
+            k = len(p.draft)
+            produced = min(int(a_ng[i] if p.source == "ngram" else a_ea[i]), k + 1)
+            rows.append((r, gen, k + 1, p.source != "ngram"))
+            gen += produced
+    return rows
+
+
+@pytest.mark.parametrize("charge", ["chosen", "full"])
+def test_the_engine_and_the_simulator_make_the_same_choices(charge):
+    """One policy function: the simulator's adaptive steps and the engine's planner, fed the same accepted
+    counts, choose the same proposer and k at every step."""
+    rng = np.random.default_rng(3)
+    ng = [rng.choice([1, 1, 1, 2, 6, 9], size=n) for n in (60, 45, 80)]
+    ea = [rng.choice([1, 2, 3, 4], size=n) for n in (60, 45, 80)]
+    P = np.array([30, 200, 90])
+    cost = load_cost_model("llama3.1-8b-h100")
+    params = AdaptiveParams(eagle_k_max=5, ngram_k_max=5, drafter_charge=charge)
+    for B in (1, 32):
+        st = _adaptive_steps(params, ng, ea, P, B, cost)
+        eng = _engine_choices(params, cost, ng, ea, P, B)
+        assert len({e[3] for e in eng}) == 2  # the history moves the choice: both proposers are chosen
+        sim = list(zip(st.request.tolist(), st.gen.tolist(), st.input_len.tolist(), (st.eagle_w > 0).tolist()))
+        if charge == "full":  # every step charges the drafter: the path (gen, k) shows the choices
+            sim, eng = [s[:3] for s in sim], [e[:3] for e in eng]
+        assert eng == sim
+
+
+def test_drafter_charge_full_charges_the_drafters_whole_draft_every_step():
+    p = AdaptiveParams(eagle_k_max=5, drafter_charge="full")
+    assert p.drafter_input(np.array([True, False]), np.array([2, 4])).tolist() == [6, 6]
+    f = AdaptiveParams(drafter_charge="first-pass")
+    assert f.drafter_input(np.array([True, False]), np.array([2, 4])).tolist() == [3, 1]
+    with pytest.raises(SpecReproError, match="drafter charge"):
+        AdaptiveParams(drafter_charge="some")
+
+
+def test_jobs_that_cannot_substitute_drafts_are_refused_with_one_line():
+    sync = {"async_scheduling": False}
+    assert refusal("hybrid", sync, "0.32.0") is None and refusal("hybrid", sync, "0.10.1.1") is None
+    assert refusal("hybrid", sync, None) is None
+    assert "synchronous scheduling" in refusal("hybrid", {"async_scheduling": True}, "0.32.0")
+    assert "synchronous scheduling" in refusal("oracle-ngram", {}, "0.34.0")  # 0.34 schedules async by default
+    msg = refusal("hybrid", sync, "0.34.0")
+    assert "no draft-substitution hook" in msg and "\n" not in msg
+    assert "no draft-substitution hook" in refusal("controlled", sync, "0.9.2")
+    assert DRAFT_HOOKS == ("0.10.", "0.11.", "0.32.")
+    assert draft_table_for("0.34.0") is not None and not draft_table_for("0.34.0").runtime
+
+
+def test_plans_are_checked():
+    with pytest.raises(SpecReproError, match="oracle of"):
+        make_plan("oracle", 20, of="suffix")
+    with pytest.raises(SpecReproError, match="cost model"):
+        make_plan("hybrid", 5, policy="adaptive")
+    with pytest.raises(SpecReproError, match="not in the plan"):
+        DraftPlanner(_plan("oracle", of="ngram")).propose("r", "other", [1], own=[])
