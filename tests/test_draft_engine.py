@@ -16,7 +16,7 @@ from _trace_engine import trace_run
 from conftest import REPO, needs_vllm
 from engine_smoke import prompts, tiny_models
 from specrepro.core.costmodel import load_cost_model
-from specrepro.engine.results.drafts import draft_steps, draft_summary
+from specrepro.engine.run.draftrecords import draft_steps, draft_summary
 from specrepro.jobspec.drafts import make_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.engine]
