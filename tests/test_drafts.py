@@ -175,3 +175,21 @@ def test_cpu_config_plans_the_draft_jobs_with_their_engines_and_traces():
     assert any("has no eagle3 drafter" in p for p in problems)
     assert any("needs the eagle3 keep-one traces" in p for p in problems)
     assert any("mode hybrid needs policy" in p for p in problems)
+
+
+def test_draft_records_join_the_step_that_verified_them():
+    """engine.run.draftrecords by hand: a draft made at output position g is verified by the step with
+    c + n - d - P = g; counters agree when the verified drafts and accepted tokens add up to vLLM's."""
+    from specrepro.engine.run.draftrecords import draft_steps, draft_summary
+
+    drafts = [{"req": "0-a", "g": 1, "n": 3, "source": "ngram", "ngram_len": 3},
+              {"req": "0-a", "g": 3, "n": 2, "source": "drafter"},
+              {"req": "0-a", "g": 5, "n": 0, "source": "ngram"}]          # empty draft: verifies nothing
+    steps = [{"req": {"id": ["0-a"], "computed": [0], "scheduled": [10], "drafts": [0], "valid": [1], "prompt_len": [10]}},
+             {"req": {"id": ["0-a"], "computed": [10], "scheduled": [4], "drafts": [3], "valid": [3], "prompt_len": [10]}},
+             {"req": {"id": ["0-a"], "computed": [12], "scheduled": [3], "drafts": [2], "valid": [1], "prompt_len": [10]}}]
+    t = draft_steps(drafts, steps)
+    assert t["accepted"].tolist()[:2] == [2, 0] and t["scheduled_drafts"].tolist() == [3, 2, 0]
+    s = draft_summary(t, {"num_drafts": 2, "num_draft_tokens": 5, "num_accepted_tokens": 2})
+    assert s["counters_agree"] and s["share_ngram"] == 0.5 and s["share_drafter"] == 0.5
+    assert not draft_summary(t, {"num_drafts": 2, "num_draft_tokens": 5, "num_accepted_tokens": 3})["counters_agree"]
