@@ -229,6 +229,7 @@ def test_default_image_selected_by_config(tmp_path, dag_jobs):
     cfg["engine"]["container"] = "latest"
     for e in cfg["experiments"]:
         e.pop("container", None)
+        e.pop("drafts", None)  # draft jobs need an engine with the draft hook (0.34.0 has none: a config error)
         for m in e["methods"]:
             m.pop("container", None)
     path = tmp_path / "latest.yaml"
@@ -245,7 +246,7 @@ def test_gpu_jobs_take_their_gpus_through_a_lease(dag_jobs):
     jobs, _ = dag_jobs("config/paper.yaml", "all")
     gpu_jobs = [j for j in jobs if int(j["resources"].get("gpu", 0) or 0) > 0]
     assert {j["rule"] for j in gpu_jobs} == {"engine_bench", "engine_profile", "engine_trace", "container_test",
-                                             "engine_sglang_bench", "container_test_sglang"}
+                                             "engine_sglang_bench", "container_test_sglang", "engine_draft_bench"}
     for j in gpu_jobs:
         n = int(j["resources"]["gpu"])
         assert j["params"]["gpus"].startswith(f"specrepro with-gpus {n} --lease-dir "), (j["rule"], j["params"])
@@ -536,10 +537,10 @@ def test_each_models_upper_bounds_reuse_planned_engine_jobs_only(dag_jobs):
     for j in jobs:
         if not is_gpu_rule(j) or j["rule"].startswith("container_"):
             continue
-        out = j["output"][0].split("/")  # results/engine/<exp>/<bench|profile|traces>/<name>
+        out = j["output"][0].split("/")  # results/engine/<exp>/<bench|profile|traces|drafts>/<name>
         if out[3] == "prompts":  # engine_prompts: tokenising, no engine run
             continue
-        kind = {"bench": "bench", "profile": "profile", "traces": "trace"}[out[3]]
+        kind = {"bench": "bench", "profile": "profile", "traces": "trace", "drafts": "draft"}[out[3]]
         name = out[4].split(".")[0]
         key = (out[2], kind, trace_label(name) if kind == "trace" else name)
         assert key in billed, f"GPU job {j['rule']} {j['output'][0]} is not in the plan"

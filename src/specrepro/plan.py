@@ -19,6 +19,7 @@ import pandas as pd
 from .core.costmodel import load_cost_model
 from .jobspec import experiment_configs, profiled_datasets, profiled_requests
 from .jobspec.args import TRACE_K, trace_label
+from .jobspec.draftjobs import draft_jobs
 from .jobspec.jobs import trace_methods, trace_num_requests
 
 #: prompt length assumed where a dataset gives none (tokens)
@@ -65,7 +66,7 @@ def trace_seconds(cm, n_requests: int, prompt_tokens: float, output_tokens: floa
 
 
 def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> pd.DataFrame:
-    """One row per engine job (bench, profile and trace) with points, GPUs and estimated device hours."""
+    """One row per engine job (bench, profile, draft and trace) with points, GPUs and estimated device hours."""
     cm = load_cost_model(cost_model)
     rows = []
     prof = cfg.get("profiling", {})
@@ -91,6 +92,22 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
                 if points:
                     rows.append({"exp": exp["name"], "job": kind, "config": label, "model": exp["model"], "gpus": gpus,
                                  "points": points, "est_hours": secs / 3600, "est_gpu_hours": secs * gpus / 3600})
+        # draft jobs (experiments[].drafts): one engine each, every plan (a controlled job: every profile) over
+        # its points, charged as no SD like the other SD jobs
+        for label, job in draft_jobs(exp).items():
+            plans = max(len(job["profiles"]), 2) if job["mode"] == "controlled" else 1
+            secs, points = 0.0, 0
+            for d in job["datasets"]:
+                dcfg = cfg["datasets"][d]
+                n = min(int(exp.get("num_requests") or dcfg["num_samples"]), int(dcfg["num_samples"]))
+                cap = int(exp.get("max_output_tokens") or dcfg["max_output_tokens"])
+                out = min(float(dcfg.get("expected_output_tokens") or cap), cap)
+                p = float(dcfg.get("expected_prompt_tokens") or DEFAULT_PROMPT_TOKENS)
+                secs += plans * n * sum(point_seconds(cm, int(b), p, out, scale) for b in job["batch_sizes"])
+                points += plans * n * len(job["batch_sizes"])
+            if points:
+                rows.append({"exp": exp["name"], "job": "draft", "config": label, "model": exp["model"], "gpus": gpus,
+                             "points": points, "est_hours": secs / 3600, "est_gpu_hours": secs * gpus / 3600})
         none_ds = experiment_configs(exp).get("none", {}).get("datasets", [])
         for method in trace_methods(cfg, exp["name"]):
             secs, points = 0.0, 0

@@ -29,10 +29,10 @@ rule engine_draft_bench:
         exp=name_regex(VLLM_EXPERIMENTS),
         config=name_regex(DRAFT_LABELS),
     resources:
-        gpu=engine_job_resources("gpu"),
-        runtime=engine_job_resources("runtime"),
-        mem_mb=engine_job_resources("mem_mb"),
-        cpus_per_gpu=engine_job_resources("cpus_per_gpu"),
+        gpu=engine_job_resources("gpu", "draft"),
+        runtime=engine_job_resources("runtime", "draft"),
+        mem_mb=engine_job_resources("mem_mb", "draft"),
+        cpus_per_gpu=engine_job_resources("cpus_per_gpu", "draft"),
     log:
         "logs/engine_draft_bench/{exp}/{config}.log",
     container:
