@@ -193,3 +193,31 @@ def test_draft_records_join_the_step_that_verified_them():
     s = draft_summary(t, {"num_drafts": 2, "num_draft_tokens": 5, "num_accepted_tokens": 2})
     assert s["counters_agree"] and s["share_ngram"] == 0.5 and s["share_drafter"] == 0.5
     assert not draft_summary(t, {"num_drafts": 2, "num_draft_tokens": 5, "num_accepted_tokens": 3})["counters_agree"]
+
+
+def test_draft_bench_refuses_async_scheduling_before_the_engine_starts(tmp_path, capsys):
+    """A draft job with async scheduling on stops with one line before vLLM is built (exit 2)."""
+    import json
+
+    import pandas as pd
+    import yaml
+
+    from conftest import REPO
+    from specrepro.cli import main
+    from specrepro.jobspec.drafts import draft_bench_spec
+
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    spec = draft_bench_spec(cfg, "smollm2", "hybrid-ngram-first-eagle-k5")
+    spec["engine"]["async_scheduling"] = True
+    prompts = []
+    for d in spec["datasets"]:
+        p = tmp_path / f"{d}.parquet"
+        pd.DataFrame({"dataset": [d], "request_index": [0], "request_id": ["r0"], "prompt_token_ids": [[1, 2, 3]]}
+                     ).to_parquet(p)
+        prompts.append(str(p))
+    (tmp_path / "t.json").write_text(json.dumps({"name": "m", "path": str(tmp_path)}))
+    rc = main(["draft-bench", "--spec", json.dumps(spec), "--prompts", *prompts, "--target-manifest",
+               str(tmp_path / "t.json"), "-o", str(tmp_path / "out.parquet")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and "refused" in err[-1] and "synchronous scheduling" in err[-1]
+    assert not (tmp_path / "out.parquet").exists()
