@@ -308,3 +308,20 @@ def test_metrics_carry_intervals_and_the_paper_draw():
         (2.0, 1.9, 2.1, 300, 1)
     assert "sim.ts.cnn.eagle.oracle-equal-length.b1.same_sample" not in m  # another subset of requests
     assert f"{key}.same_sample" not in metrics_from_summaries("ts", [pd.DataFrame([row])])
+
+
+@pytest.mark.parametrize("charge", ["first-pass", "full"])
+def test_fast_equals_reference_with_the_engines_drafter_charge(workloads, charge):
+    """The adaptive policy charged as the engine pays (core.policy.AdaptiveParams.drafter_charge): the fast
+    simulator and the step-by-step reference agree, and the charge lowers the speedup."""
+    from specrepro.core.policy import AdaptiveParams
+
+    cost = load_cost_model("llama3.1-8b-h100")
+    w = workloads["instructcoder"]
+    spec = SimSpec("combined", "adaptive", num_requests=8, adaptive=AdaptiveParams(eagle_k_max=5, drafter_charge=charge))
+    fast = simulate(w, spec, [1, 4, 32], cost).summary["speedup"]
+    ref = simulate_reference(w, spec, [1, 4, 32], cost).summary["speedup"]
+    np.testing.assert_allclose(fast, ref, rtol=1e-12)
+    chosen = simulate(w, SimSpec("combined", "adaptive", num_requests=8, adaptive=AdaptiveParams(eagle_k_max=5)),
+                      [1, 4, 32], cost).summary["speedup"]
+    assert (fast.to_numpy() < chosen.to_numpy()).all()
