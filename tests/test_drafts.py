@@ -193,6 +193,12 @@ def test_draft_records_join_the_step_that_verified_them():
     s = draft_summary(t, {"num_drafts": 2, "num_draft_tokens": 5, "num_accepted_tokens": 2})
     assert s["counters_agree"] and s["share_ngram"] == 0.5 and s["share_drafter"] == 0.5
     assert not draft_summary(t, {"num_drafts": 2, "num_draft_tokens": 5, "num_accepted_tokens": 3})["counters_agree"]
+    from specrepro.engine.run.draftrecords import trace_mismatches
+
+    # an oracle at g = 1 expects min(acc[1] - 1, 3) = 2 accepted, at g = 3 min(acc[3] - 1, 2)
+    assert trace_mismatches(t, {"ngram": [1, 3, 1, 1, 1, 1]}) == (2, 0)
+    assert trace_mismatches(t, {"ngram": [1, 3, 1, 2, 1, 1]}) == (2, 1)          # the trace says 1 at g = 3
+    assert trace_mismatches(t, {"ngram": [1, 2, 1, 1], "eagle": [1, 3, 1, 1]}) == (2, 0)  # combine: the better
 
 
 def test_draft_bench_refuses_async_scheduling_before_the_engine_starts(tmp_path, capsys):

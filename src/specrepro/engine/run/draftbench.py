@@ -6,7 +6,8 @@ without the hook: :func:`specrepro.jobspec.drafts.refusal`). Otherwise one ``vll
 with the plugin's draft hook (``$SPECREPRO_DRAFT``) and its ``accept`` records; each plan of the job (a controlled
 job: one per acceptance profile) is set in the engine in turn and runs every (dataset, request, batch size)
 point. Outputs: the points (as a bench's, plus ``profile``, ``share_ngram``, ``share_drafter``,
-``share_reference``, ``departed_requests``, ``counters_agree``) and ``<output stem>.steps.parquet`` (one row per
+``share_reference``, ``departed_requests``, ``counters_agree``, ``lossless``; oracle jobs: ``verified_steps`` and
+``trace_mismatches``, the steps whose accepted tokens differ from the keep-one traces) and ``<output stem>.steps.parquet`` (one row per
 request and verified step: :func:`specrepro.engine.results.drafts.draft_steps`).
 """
 
@@ -25,9 +26,9 @@ from ...core.costmodel import load_cost_model
 from ...core.errors import SpecReproError
 from ...core.io import write_json, write_parquet
 from ...jobspec.args import BenchSpec
-from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, draft_plans, refusal
+from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, draft_plans, prompt_key, refusal
 from ...jobspec.hooks import DIR_ENV, MODE_ENV, STEP_FILE
-from .draftrecords import draft_steps, draft_summary
+from .draftrecords import draft_steps, draft_summary, trace_mismatches
 from . import drafts as hook
 from .bench import _warmup, plan_points, run_point
 from .llm import open_llm
@@ -124,6 +125,12 @@ def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd
             summ = draft_summary(st, row)
             row.update({k: summ[k] for k in ("share_ngram", "share_drafter", "share_reference", "departed_requests",
                                              "counters_agree")})
+            if job["mode"] == "oracle":  # the oracle accepts exactly what the traces say (departures aside)
+                ref = plan["requests"].get(prompt_key(table.iloc[r]["prompt_token_ids"])) or {}
+                methods = ["ngram", job["drafter"]] if job["of"] == "combine" else [job["of"]]
+                acc = {m: (ref.get("acc") or {}).get(m) for m in methods}
+                if all(a is not None for a in acc.values()):
+                    row["verified_steps"], row["trace_mismatches"] = trace_mismatches(st, acc)
             rows.append(row)
             step_tables.append(st.assign(profile=name, dataset=ds, request_index=r, batch_size=b))
             print(f"{spec.exp} {label} {name} {ds} request {r} B={b}: {row['wall_s']:.2f} s, "

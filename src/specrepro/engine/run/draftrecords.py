@@ -57,3 +57,15 @@ def draft_summary(table: pd.DataFrame, counters: Mapping[str, Any] | None = None
     if counters is not None:
         out["counters_agree"] = all(int(counters[k]) == mine[k] for k in mine)
     return out
+
+
+def trace_mismatches(table: pd.DataFrame, acc: Mapping[str, list]) -> tuple[int, int]:
+    """(verified steps, steps whose accepted tokens differ from the traces') of an oracle's steps of one request:
+    at position ``g`` it must accept ``min(max_m acc_m[g] - 1, drafts scheduled)`` (``acc``: method -> acc_len;
+    the oracle of one method passes that method's alone). Positions past a trace's end expect 0."""
+    v = table[table["accepted"].notna() & (table["scheduled_drafts"] > 0)]
+    bad = 0
+    for g, d, a in zip(v["g"], v["scheduled_drafts"], v["accepted"]):
+        best = max((int(t[g]) - 1 if g < len(t) else 0) for t in acc.values())
+        bad += int(a) != min(best, int(d))
+    return len(v), bad
