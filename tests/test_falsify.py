@@ -160,3 +160,20 @@ def test_closed_loop_summary_states_the_errors_sign_and_the_baseline():
     text = closedloop.explanation(s, {}, "cpu")
     assert "3 of 4 simulated speedups lie above" in text and "optimistic here by about 5 %" in text
     assert "most common measured order scores 2 of 2" in text
+
+
+def test_falsification_table_lists_every_variant_and_what_does_not_apply(experiment):
+    from specrepro.figures.engine_falsification_table import rows, to_latex
+
+    measured, traces, cost = experiment
+    doc, _ = falsify.falsify(measured, traces, ["ngram", "eagle"], cost, ngram_match=1.0, seed=3)
+    t = rows(doc)
+    assert list(t["variant"]) == list(falsify.VARIANTS)
+    tex = to_latex(t)
+    assert "drafters' acceptance swapped & \\multicolumn{7}{l}{not applicable: fewer than two" in tex
+    real = t[t["variant"] == "real"].iloc[0]
+    assert f"real traces & {100 * real.median_abs_error:.0f}\\,\\%" in tex
+    # methods: n-gram against EAGLE at k = 1, 3, 5 within each (dataset, B); "[n]": the most common order's score
+    assert f"{int(real.order_methods_agreeing)}/4 [{int(real.order_methods_baseline_agreeing)}]" in tex
+    none = t[t["variant"] == "none-accepted"].iloc[0]
+    assert f"{none.ratio:.1f}" in tex and none.falsified
