@@ -103,7 +103,8 @@ def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[Trace
         if len(recs) != len(want):
             raise SpecReproError(f"{r.exp} {r.dataset}: {len(want) - len(recs)} measured request(s) not in the trace set")
         if r.method == LOOKUP:
-            w, slot, cost = workload(recs, r.dataset, lookup, lookup), "ngram", load_cost_model(cost_model)
+            w, slot = workload(recs, r.dataset, lookup, lookup), "ngram"
+            cost = load_cost_model(cost_model, overhead_of=LOOKUP)
         elif r.method in DRAFTERS and r.method in fitted:
             w, slot, cost = workload(recs, r.dataset, lookup, r.method), "eagle", load_cost_model(cost_model, drafter=r.method)
         else:

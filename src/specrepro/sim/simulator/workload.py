@@ -122,7 +122,7 @@ def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndar
         k = np.arange(1, k_max + 1)[None, :]
         tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
         t = cost.target(kv[:, None], B * (k + 1))
-        tau = t + cost.overhead + cost.ngram_draft(t)  # the n-gram lookup runs every step
+        tau = t + cost.step_overhead + cost.ngram_draft(t)  # the n-gram lookup runs every step
         if eagle:
             tau = tau + cost.eagle_draft(kv[:, None], k + 1)
         rate = tokens / tau
