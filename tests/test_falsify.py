@@ -177,3 +177,23 @@ def test_falsification_table_lists_every_variant_and_what_does_not_apply(experim
     assert f"{int(real.order_methods_agreeing)}/4 [{int(real.order_methods_baseline_agreeing)}]" in tex
     none = t[t["variant"] == "none-accepted"].iloc[0]
     assert f"{none.ratio:.1f}" in tex and none.falsified
+
+
+def test_in_sample_points_are_those_whose_requests_the_cost_model_saw():
+    from specrepro.analysis import closedloop
+    from specrepro.figures.engine_closed_loop_summary import to_latex as summary_tex
+
+    t = pd.DataFrame({"dataset": ["news", "news", "code"], "request_ids": [("n0", "n1"), ("n2",), ("n0",)]})
+    got = closedloop.in_sample(t, {("news", "n1")}, "profile")
+    assert got.tolist() == [True, False, False]  # the profiled request of another dataset is not "n0" of code
+    assert closedloop.in_sample(t, set(), "bench").all()  # fitted to the benchmark's own wall times
+    s = {"points": 3, "median_abs_error": 0.1, "worst_abs_error": 0.2, "in_sample_points": 1,
+         "out_of_sample_median_abs_error": 0.05, "out_of_sample_worst_abs_error": 0.07}
+    assert "1 points are in-sample" in closedloop.explanation(s, {}, "cpu") and "median |error| is 5 %" in \
+        closedloop.explanation(s, {}, "cpu")
+    # an experiment fitted to its benchmark's wall times states no error in the summary table
+    row = pd.DataFrame([{"exp": "r", "points": 4, "median_abs_error": 0.01, "worst_abs_error": 0.02, "worst": "x",
+                         "within_measured_ci": 4, "groups": 0, "groups_agreeing": 0, "ranking_agrees": None,
+                         "fit_source": "bench", "ngram_match_prob": 1.0}])
+    tex = summary_tex(row)
+    assert "in-sample: no error stated" in tex and "1\\,\\%" not in tex

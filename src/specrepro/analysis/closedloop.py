@@ -20,7 +20,9 @@ compared with a measurement of another method, k or batch size. Error = simulate
 the simulator orders the configurations as the measurements do: within each (dataset, batch size), every pair
 of configurations counted concordant or discordant (ties in either are neither); the ordering agrees when none is
 discordant; next to it, a baseline that always guesses the most common measured order (:func:`order_agreement`).
-The error's sign: its mean and how many points are optimistic (simulated above measured). With it, the numbers that say why the error is what it is (:func:`diagnostics`): the measured
+The error's sign: its mean and how many points are optimistic (simulated above measured). A point is *in-sample*
+(:func:`in_sample`, column ``in_sample``) when the cost model saw its requests (the profiled passes ran one of them, or
+the model was fitted to the benchmark's wall times); the summary gives the out-of-sample points' error too. With it, the numbers that say why the error is what it is (:func:`diagnostics`): the measured
 intervals' width (noise), the same points and speedups measured again in the profiled passes (repeatability), the
 cost model's fit quality, the clock's resolution against the shortest timed step, the time outside the engine's steps
 and the drafting at the prefill step that the simulator does not charge.
@@ -211,6 +213,16 @@ def summarise(table: pd.DataFrame) -> dict:
             "within_measured_ci": int(table["within_measured_ci"].sum()), **ranking(table)}
 
 
+def in_sample(table: pd.DataFrame, profiled: set[tuple[str, str]], fit_source: str | None) -> pd.Series:
+    """Whether each point's cost model saw its requests: every point when the model was fitted to the benchmark's own
+    wall times (``fit_source`` ``bench``), else the points with a request (dataset, request id) the profiled passes
+    ran (``profiled``)."""
+    if fit_source == "bench":
+        return pd.Series(True, index=table.index, dtype=bool)
+    return pd.Series([any((str(ds), str(r)) in profiled for r in ids)
+                      for ds, ids in zip(table["dataset"], table["request_ids"])], index=table.index, dtype=bool)
+
+
 def repeat_spread(points: pd.DataFrame, breakdown: pd.DataFrame) -> dict:
     """The same point timed twice: each (config, dataset, request, B) of the profiled passes (their ``wall_s``, with
     the plugin's timing on) against the benchmark's wall time of that point; ``bench / profiled - 1``."""
@@ -298,6 +310,15 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
                         f"of {r['groups']}" if r.get("ranking_baseline_agreeing") is not None else ""))
     parts.append(f"{r.get('within_measured_ci', 0)} of {summary['points']} simulated values lie inside the measured "
                  "95 % interval")
+    n_in = r.get("in_sample_points") or 0
+    if n_in == summary["points"]:
+        parts.append("every point is in-sample (the cost model saw its requests), so this is no error estimate")
+    elif n_in:
+        parts.append(f"{n_in} points are in-sample (the profiled passes ran their requests; marked); the others' median "
+                     f"|error| is {100 * r.get('out_of_sample_median_abs_error', float('nan')):.0f} %, worst "
+                     f"{100 * r.get('out_of_sample_worst_abs_error', float('nan')):.0f} %")
+    else:
+        parts.append("no point is in-sample (the profiled passes ran none of the benchmark's requests)")
     why = []
     hw = diag.get("median_measured_ci_half_width")
     if hw is not None and math.isfinite(hw):
@@ -364,10 +385,20 @@ def run_closed_loop(a) -> None:
     sim = simulated_points(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)
     table = join(sim, meas)
     fit = read_json(a.fit_report) if a.fit_report else None
-    summ = summarise(table)
     frames = [pd.read_csv(b) for b in a.breakdowns if Path(b).stat().st_size > 0]
     frames = [f for f in frames if len(f)]
     bd = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    profiled = ({(str(d), ids[str(d)][int(i)]) for d, i in zip(bd["dataset"], bd["request_index"])
+                 if int(i) in ids.get(str(d), {})} if {"dataset", "request_index"} <= set(bd.columns) else set())
+    ids_of = dict(zip(map(tuple, meas[KEY].to_numpy()), meas["request_ids"]))
+    table["in_sample"] = in_sample(table.assign(request_ids=[ids_of[tuple(k)] for k in table[KEY].to_numpy()]),
+                                   profiled, (fit or {}).get("source"))
+    summ = summarise(table)
+    summ["in_sample_points"] = int(table["in_sample"].sum())
+    out = table[~table["in_sample"]]
+    if summ["in_sample_points"] and len(out):
+        summ["out_of_sample_median_abs_error"] = float(out["abs_error"].median())
+        summ["out_of_sample_worst_abs_error"] = float(out["abs_error"].max())
     diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
     write_csv(a.output, table, float_format="%.6g")
     write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
