@@ -197,3 +197,13 @@ def test_in_sample_points_are_those_whose_requests_the_cost_model_saw():
                          "fit_source": "bench", "ngram_match_prob": 1.0}])
     tex = summary_tex(row)
     assert "in-sample: no error stated" in tex and "1\\,\\%" not in tex
+
+
+def test_closed_loop_summary_table_shows_the_most_common_order_baseline():
+    from specrepro.figures.engine_closed_loop_summary import row, to_latex
+
+    s = {"exp": "smollm2", "points": 24, "median_abs_error": 0.11, "worst_abs_error": 0.3, "groups": 8,
+         "groups_agreeing": 7, "ranking_baseline_agreeing": 7, "mean_error": 0.12,
+         "diagnostics": {"fit_source": "profile"}}
+    tex = to_latex(pd.DataFrame([row(s)]))
+    assert "7/8 [7]" in tex and "11\\,\\%" in tex
