@@ -314,3 +314,65 @@ def test_costfit_table_compares_the_released_model_with_the_papers_fit(tmp_path)
     assert rows[("overhead", "overhead_per_step")]["ratio"] == pytest.approx(1.0)
     # another model: no paper column
     assert all(math.isnan(r["paper"]) for r in coefficient_rows({**doc, "model": "qwen3-8b"}, rep, None))
+
+
+def test_profile_fit_gives_each_method_its_overhead_and_several_k_fit_the_drafters_constant(tmp_path):
+    """Issue 22: the overhead per method (no SD's for the baseline's steps, each SD method's for its steps), and
+    profiled passes at several k tell d_spec from d_fixed."""
+    path = tmp_path / "c.yaml"
+    path.write_text(ROUND_COST)
+    cost = load_cost_model(str(path))
+    eagle = lambda kv, i: 1e-4 * kv + 1e-3 * i + 0.05  # noqa: E731
+    frames = [modelfit.profile_rows(_step_table(cost, method="none"), "none", "none")]
+    methods = {"none": "none"}
+    for k in (1, 3, 5, 8):
+        t = _step_table(cost, method="eagle", drafting=eagle, seed=k)
+        # k + 1 tokens verified per request; SD steps carry 0.5 s more overhead than the baseline's 1.0
+        t["scheduled_tokens"] = np.where(t["prefill_reqs"] > 0, t["scheduled_tokens"], t["num_reqs"] * (k + 1))
+        kv = t["context_tokens"] + t["num_reqs"] - t["prefill_reqs"]
+        t["verification_s"] = cost.target(kv, t["scheduled_tokens"])
+        t["drafting_s"] = np.where(t["prefill_reqs"] > 0, 0.5, eagle(kv, t["scheduled_tokens"] / t["num_reqs"]))
+        t["step_s"] = t["verification_s"] + t["drafting_s"] + 1.5
+        frames.append(modelfit.profile_rows(t, "eagle", f"eagle-k{k}"))
+        methods[f"eagle-k{k}"] = "eagle"
+    fit = modelfit.fit_profile(pd.concat(frames, ignore_index=True), list(methods), methods)
+    assert fit.drafters["eagle"].coefficients == pytest.approx({"d_kv": 1e-4, "d_spec": 1e-3, "d_fixed": 0.05},
+                                                               rel=1e-6)
+    assert "drafters.eagle.d_fixed" not in fit.assumed
+    assert fit.overhead == pytest.approx(1.0, rel=1e-6) and fit.overhead_by_method == pytest.approx({"eagle": 1.5})
+    assert fit.overhead_half_width_by_method["eagle"] < 1e-6
+    doc = modelfit.cost_model_doc(fit, name="x", model="m", hardware="cpu", images={}, source="test")
+    out = tmp_path / "fit.yaml"
+    out.write_text(modelfit.cost_model_text(doc))
+    e = load_cost_model(str(out), drafter="eagle")
+    assert (e.overhead, e.step_overhead) == pytest.approx((1.0, 1.5))
+    # n-gram has no entry: its SD steps keep the baseline's overhead
+    assert load_cost_model(str(out), overhead_of="ngram").step_overhead == pytest.approx(1.0)
+
+
+def test_sd_steps_take_the_methods_overhead_and_the_baseline_its_own(round_cost):
+    """The simulator charges ``step_overhead`` on SD steps only: raising it by x adds x per SD step to every copy's
+    latency, and the baseline's latency is unchanged (fast path and reference alike)."""
+    import dataclasses
+
+    recs = _records(n=3)
+    w = Workload.from_records(recs, "ds")
+    spec = SimSpec("eagle", "fixed-3", num_requests=3, seed=1)
+    more = dataclasses.replace(round_cost, sd_overhead=round_cost.overhead + 0.25)
+    for fn in (simulate, simulate_reference):
+        a, b = fn(w, spec, [1, 4], round_cost).summary, fn(w, spec, [1, 4], more).summary
+        assert (b["speedup"] < a["speedup"]).all()
+    # by hand at B = 1: each request's SD latency grows by 0.25 per step (prefill included), its baseline not at all
+    from specrepro.sim.simulator import baseline_latency
+    P, L = np.array([recs[0].prompt_token_ids.size]), np.array([recs[0].output_len])
+    assert baseline_latency(more, 1, P, L) == pytest.approx(baseline_latency(round_cost, 1, P, L))
+    acc, gen, n_sd = recs[0].acc_len["eagle"], 1, 1  # the prefill, then a step per min(acc, k + 1) tokens
+    while gen < recs[0].output_len:
+        gen += min(int(acc[gen - 1]), 4)
+        n_sd += 1
+    one = Workload.from_records(recs[:1], "ds")
+    s1 = SimSpec("eagle", "fixed-3", num_requests=1, seed=1)
+    ra, rb = simulate_reference(one, s1, [1], round_cost).summary, simulate_reference(one, s1, [1], more).summary
+    base = float(baseline_latency(round_cost, 1, P, L)[0])
+    sd_a, sd_b = base / float(ra["speedup"].iloc[0]), base / float(rb["speedup"].iloc[0])
+    assert sd_b - sd_a == pytest.approx(0.25 * n_sd, rel=1e-9)

@@ -75,6 +75,8 @@ VERBS = {
                         'specrepro.analysis.verbs'),
     'closed-loop': ('simulated against measured speedup of every benchmarked and traced configuration',
                     'specrepro.analysis.verbs'),
+    'falsify': ("the closed loop's error with the real traces against wrong ones (specrepro.analysis.falsify)",
+                'specrepro.analysis.verbs'),
     'engine-metrics': ('engine points -> metrics JSON for the claims table (+ CSV tables)',
                        'specrepro.engine.results.verbs'),
     'engine-args': ('every engine job with its image, vLLM version and the keywords it passes to vllm.LLM and SamplingParams (one JSON object per line)',

@@ -177,6 +177,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
             )
             continue
         problems += _check_dataset_names(exp["datasets"], base + ["datasets"], datasets)
+        problems += _check_dataset_names(exp.get("profile_datasets", []), base + ["profile_datasets"], datasets)
         drafters = models[model].get("drafters", {}) or {}
         for j, m in enumerate(exp["methods"]):
             mbase = base + ["methods", j]

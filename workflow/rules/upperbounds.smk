@@ -4,6 +4,7 @@
 #   results/engine/<exp>/cost_model.yaml            specrepro.engine.results.modelfit (profiled steps; bench wall times without)
 #   results/simulator/engine-<exp>/upper_bounds.csv  specrepro.analysis.enginesim (fixed k, oracle, Oracle Combine, beyond)
 #   results/simulator/engine-<exp>/closed_loop.csv   specrepro.analysis.closedloop (simulated vs measured, same key)
+#   results/simulator/engine-<exp>/falsification.json specrepro.analysis.falsify (the closed loop fed wrong inputs)
 
 include: "helpers/upperbounds.smk"
 
@@ -103,6 +104,32 @@ rule closed_loop:
         " --summary {output.summary:q} 2> {log}"
 
 
+rule falsify:
+    """The closed loop with the real traces next to wrong inputs (drafters swapped, every / no draft accepted, another
+    dataset's acceptance, n-gram and EAGLE swapped, no traces): can it fail?"""
+    input:
+        points=lambda wc: [f"results/engine/{wc.exp}/bench/{c}.parquet" for c in exp_configs(wc.exp)],
+        prompts=lambda wc: [prompts_file(wc.exp, d) for d in TRACE_SETS[f"engine-{wc.exp}"]["datasets"]],
+        traces=lambda wc: exp_trace_files(wc.exp),
+        cost="results/engine/{exp}/cost_model.yaml",
+        schedule="results/simulator/engine-{exp}/schedule.json",
+    output:
+        "results/simulator/engine-{exp}/falsification.json",
+    params:
+        methods=lambda wc: " ".join(upper_bound_methods(wc.exp)),
+        seed=SIM.get("seed", 42),
+    wildcard_constraints:
+        exp=name_regex(UPPER_BOUND_EXPERIMENTS),
+    log:
+        "logs/falsify/{exp}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro falsify --exp {wildcards.exp} --points {input.points:q} --prompts {input.prompts:q}"
+        " --traces {input.traces:q} --methods {params.methods} --cost-model {input.cost:q} --schedule {input.schedule:q}"
+        " --seed {params.seed} -o {output:q} 2> {log}"
+
+
 # --- figures and tables (subject engine-<exp>: the experiment's trace set) ----------------------------
 
 
@@ -158,6 +185,24 @@ rule fig_closed_loop:
     shell:
         "specrepro figure fig_closed_loop --run-config {input.config} --subject engine-{wildcards.exp}"
         " --table {input.table:q} --summary {input.summary:q} -o {output:q} 2> {log}"
+
+
+rule tab_falsification:
+    input:
+        config=RUN_CONFIG,
+        falsification="results/simulator/engine-{exp}/falsification.json",
+    output:
+        tex="figures/tab_falsification-engine-{exp}.tex",
+        csv="figures/tab_falsification-engine-{exp}.csv",
+    wildcard_constraints:
+        exp=name_regex(UPPER_BOUND_EXPERIMENTS),
+    log:
+        "logs/figures/tab_falsification-engine-{exp}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_falsification --run-config {input.config} --subject engine-{wildcards.exp}"
+        " --falsification {input.falsification:q} --csv {output.csv:q} -o {output.tex:q} 2> {log}"
 
 
 rule fig10_sim_engine:

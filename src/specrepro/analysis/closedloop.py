@@ -19,7 +19,10 @@ compared with a measurement of another method, k or batch size. Error = simulate
 **Summary per experiment** (:func:`summarise`): points, median and worst absolute relative error, and whether
 the simulator orders the configurations as the measurements do: within each (dataset, batch size), every pair
 of configurations counted concordant or discordant (ties in either are neither); the ordering agrees when none is
-discordant. With it, the numbers that say why the error is what it is (:func:`diagnostics`): the measured
+discordant; next to it, a baseline that always guesses the most common measured order (:func:`order_agreement`).
+The error's sign: its mean and how many points are optimistic (simulated above measured). A point is *in-sample*
+(:func:`in_sample`, column ``in_sample``) when the cost model saw its requests (the profiled passes ran one of them, or
+the model was fitted to the benchmark's wall times); the summary gives the out-of-sample points' error too. With it, the numbers that say why the error is what it is (:func:`diagnostics`): the measured
 intervals' width (noise), the same points and speedups measured again in the profiled passes (repeatability), the
 cost model's fit quality, the clock's resolution against the shortest timed step, the time outside the engine's steps
 and the drafting at the prefill step that the simulator does not charge.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -101,7 +105,8 @@ def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[Trace
         if len(recs) != len(want):
             raise SpecReproError(f"{r.exp} {r.dataset}: {len(want) - len(recs)} measured request(s) not in the trace set")
         if r.method == LOOKUP:
-            w, slot, cost = workload(recs, r.dataset, lookup, lookup), "ngram", load_cost_model(cost_model)
+            w, slot = workload(recs, r.dataset, lookup, lookup), "ngram"
+            cost = load_cost_model(cost_model, overhead_of=LOOKUP)
         elif r.method in DRAFTERS and r.method in fitted:
             w, slot, cost = workload(recs, r.dataset, lookup, r.method), "eagle", load_cost_model(cost_model, drafter=r.method)
         else:
@@ -158,6 +163,41 @@ def ranking(table: pd.DataFrame) -> dict:
             "discordant_pairs": int(disc), "ranking_agrees": bool(disc == 0) if groups else None}
 
 
+def _order(g: pd.DataFrame, col: str, item: str) -> tuple:
+    """The group's items from the largest ``col`` down (ties broken by item, so an order is one tuple)."""
+    return tuple(g.sort_values([col, item], ascending=[False, True], kind="mergesort")[item].tolist())
+
+
+def order_agreement(table: pd.DataFrame, by: Sequence[str], item: str) -> dict:
+    """Within each group of ``by`` with two or more items: pairs concordant / discordant between simulated and
+    measured (ties in either count as neither), groups with no discordant pair; and the baseline that always
+    guesses the most common measured order of the groups (restricted to a group's items), scored the same way."""
+    groups = [g for _, g in table.groupby(list(by), sort=True) if len(g) >= 2]
+    if not groups:
+        return {"groups": 0, "agreeing": 0, "concordant_pairs": 0, "discordant_pairs": 0, "baseline_agreeing": 0,
+                "baseline_order": None}
+    conc = disc = agree = 0
+    for g in groups:
+        m, s = g["measured"].to_numpy(), g["simulated"].to_numpy()
+        d = 0
+        for i in range(len(g)):
+            for j in range(i + 1, len(g)):
+                x = np.sign(m[i] - m[j]) * np.sign(s[i] - s[j])
+                conc += int(x > 0)
+                d += int(x < 0)
+        disc += d
+        agree += d == 0
+    orders = [_order(g, "measured", item) for g in groups]
+    common = Counter(orders).most_common(1)[0][0]
+    rank = {v: i for i, v in enumerate(common)}
+    base = 0
+    for g, o in zip(groups, orders):
+        guess = tuple(sorted(o, key=lambda v: (rank.get(v, len(rank)), v)))
+        base += guess == o
+    return {"groups": len(groups), "agreeing": int(agree), "concordant_pairs": int(conc), "discordant_pairs": int(disc),
+            "baseline_agreeing": int(base), "baseline_order": [v.item() if hasattr(v, "item") else v for v in common]}
+
+
 def summarise(table: pd.DataFrame) -> dict:
     """Points, median and worst absolute relative error (with the worst point's key), ranking agreement."""
     if table.empty:
@@ -167,8 +207,20 @@ def summarise(table: pd.DataFrame) -> dict:
     return {"points": int(len(table)), "median_abs_error": float(table["abs_error"].median()),
             "worst_abs_error": float(w["abs_error"]),
             "worst": {k: (w[k] if not isinstance(w[k], (np.integer,)) else int(w[k])) for k in KEY + ["config"]},
-            "median_error": float(table["error"].median()),
+            "median_error": float(table["error"].median()), "mean_error": float(table["error"].mean()),
+            "optimistic_points": int((table["error"] > 0).sum()),
+            "ranking_baseline_agreeing": order_agreement(table, ["exp", "dataset", "batch_size"], "config")["baseline_agreeing"],
             "within_measured_ci": int(table["within_measured_ci"].sum()), **ranking(table)}
+
+
+def in_sample(table: pd.DataFrame, profiled: set[tuple[str, str]], fit_source: str | None) -> pd.Series:
+    """Whether each point's cost model saw its requests: every point when the model was fitted to the benchmark's own
+    wall times (``fit_source`` ``bench``), else the points with a request (dataset, request id) the profiled passes
+    ran (``profiled``)."""
+    if fit_source == "bench":
+        return pd.Series(True, index=table.index, dtype=bool)
+    return pd.Series([any((str(ds), str(r)) in profiled for r in ids)
+                      for ds, ids in zip(table["dataset"], table["request_ids"])], index=table.index, dtype=bool)
 
 
 def repeat_spread(points: pd.DataFrame, breakdown: pd.DataFrame) -> dict:
@@ -244,12 +296,29 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     med, worst = summary["median_abs_error"], summary["worst_abs_error"]
     parts = [f"Median |error| {100 * med:.0f} %, worst {100 * worst:.0f} % over {summary['points']} points"]
     r = summary
+    if r.get("mean_error") is not None:
+        pos, n, mean = r.get("optimistic_points", 0), summary["points"], r["mean_error"]
+        lean = "optimistic" if mean > 0 else "pessimistic"
+        parts.append(f"the error has a sign: {pos} of {n} simulated speedups lie above the measured ones (mean error "
+                     f"{100 * mean:+.0f} %, median {100 * r.get('median_error', 0):+.0f} %), so the simulator is {lean} "
+                     f"here by about {100 * abs(mean):.0f} %")
     if r.get("groups"):
         parts.append(f"the simulator orders the configurations as measured in {r['groups_agreeing']} of {r['groups']} "
                      f"(dataset, batch size) groups ({r['concordant_pairs']} pairs concordant, {r['discordant_pairs']} "
-                     "discordant)")
+                     "discordant)"
+                     + (f", where always guessing the most common measured order scores {r['ranking_baseline_agreeing']} "
+                        f"of {r['groups']}" if r.get("ranking_baseline_agreeing") is not None else ""))
     parts.append(f"{r.get('within_measured_ci', 0)} of {summary['points']} simulated values lie inside the measured "
                  "95 % interval")
+    n_in = r.get("in_sample_points") or 0
+    if n_in == summary["points"]:
+        parts.append("every point is in-sample (the cost model saw its requests), so this is no error estimate")
+    elif n_in:
+        parts.append(f"{n_in} points are in-sample (the profiled passes ran their requests; marked); the others' median "
+                     f"|error| is {100 * r.get('out_of_sample_median_abs_error', float('nan')):.0f} %, worst "
+                     f"{100 * r.get('out_of_sample_worst_abs_error', float('nan')):.0f} %")
+    else:
+        parts.append("no point is in-sample (the profiled passes ran none of the benchmark's requests)")
     why = []
     hw = diag.get("median_measured_ci_half_width")
     if hw is not None and math.isfinite(hw):
@@ -316,10 +385,20 @@ def run_closed_loop(a) -> None:
     sim = simulated_points(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)
     table = join(sim, meas)
     fit = read_json(a.fit_report) if a.fit_report else None
-    summ = summarise(table)
     frames = [pd.read_csv(b) for b in a.breakdowns if Path(b).stat().st_size > 0]
     frames = [f for f in frames if len(f)]
     bd = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    profiled = ({(str(d), ids[str(d)][int(i)]) for d, i in zip(bd["dataset"], bd["request_index"])
+                 if int(i) in ids.get(str(d), {})} if {"dataset", "request_index"} <= set(bd.columns) else set())
+    ids_of = dict(zip(map(tuple, meas[KEY].to_numpy()), meas["request_ids"]))
+    table["in_sample"] = in_sample(table.assign(request_ids=[ids_of[tuple(k)] for k in table[KEY].to_numpy()]),
+                                   profiled, (fit or {}).get("source"))
+    summ = summarise(table)
+    summ["in_sample_points"] = int(table["in_sample"].sum())
+    out = table[~table["in_sample"]]
+    if summ["in_sample_points"] and len(out):
+        summ["out_of_sample_median_abs_error"] = float(out["abs_error"].median())
+        summ["out_of_sample_worst_abs_error"] = float(out["abs_error"].max())
     diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
     write_csv(a.output, table, float_format="%.6g")
     write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,

@@ -130,7 +130,7 @@ def simulate_experiment(exp: str, traces: Mapping[str, Sequence[TraceRecord]], m
     ks = sorted(set(PAPER_FIXED) | {int(k) for k in k_candidates})
     fixed = [f"fixed-{k}" for k in ks]
     costs = {m: load_cost_model(cost_model, drafter=m) for m in drafters}
-    lookup_cost = load_cost_model(cost_model)
+    lookup_cost = load_cost_model(cost_model, overhead_of=LOOKUP)  # n-gram's SD steps: its own overhead
     frames = []
     n_req = {ds: len(recs) for ds, recs in traces.items()}
 

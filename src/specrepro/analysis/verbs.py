@@ -1,4 +1,4 @@
-"""The verbs of the analyses (``claims``, ``plan``, ``k-schedule``, ``engine-simulate``, ``closed-loop``,
+"""The verbs of the analyses (``claims``, ``plan``, ``k-schedule``, ``engine-simulate``, ``closed-loop``, ``falsify``,
 ``sizing-study``): arguments here, the analyses in their bodies."""
 
 from __future__ import annotations
@@ -112,6 +112,28 @@ def _run_closed_loop(a) -> None:
     run_closed_loop(a)
 
 
+def _add_falsify(sub) -> None:
+    """``specrepro falsify``: the closed loop of one experiment next to the same comparison fed wrong inputs."""
+    p = sub.add_parser("falsify", help="the closed loop's error with the real traces against wrong ones "
+                                      "(specrepro.analysis.falsify)")
+    p.add_argument("--exp", required=True)
+    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables")
+    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
+    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
+    p.add_argument("--methods", nargs="+", required=True, help="the traced methods")
+    p.add_argument("--cost-model", required=True)
+    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("-o", "--output", required=True, help="falsification.json")
+    p.set_defaults(func=_run_falsify)
+
+
+def _run_falsify(a) -> None:
+    from .falsify import run_falsify
+
+    run_falsify(a)
+
+
 def _add_engine_simulate(sub) -> None:
     """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
     """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
@@ -163,5 +185,5 @@ def _run_sizing_study(a) -> None:
 
 def add_cli(sub) -> None:
     """Register this module's verbs."""
-    for add in (_claims, _plan, _add_k_schedule, _add_closed_loop, _add_engine_simulate, _add_sizing_study,):
+    for add in (_claims, _plan, _add_k_schedule, _add_closed_loop, _add_falsify, _add_engine_simulate, _add_sizing_study,):
         add(sub)

@@ -6,11 +6,13 @@ A cost model is a YAML file (see ``data/cost_models/llama3.1-8b-h100.yaml``)::
     eagle:  {d_kv, d_spec, d_fixed}         EAGLE draft time = d_kv*kv + d_spec*input_len + d_fixed
     ngram:  {draft_fraction}                n-gram draft time = draft_fraction * T(kv, n)
     overhead_per_step                       added to every request's latency at every step
+    overhead_by_method: {<method>: s}       optional: the overhead of a step under SD with that method (the
+                                            baseline keeps overhead_per_step)
 
 All times in seconds. Built-in models are found by name; any other file by path. A file fitted to one
 experiment (:mod:`specrepro.engine.results.modelfit`) has a ``drafters`` section with one drafter's
 ``{d_kv, d_spec, d_fixed}`` per method; ``load_cost_model(path, drafter=m)`` takes drafter ``m``'s in place of
-``eagle``'s.
+``eagle``'s, and ``overhead_by_method[m]`` (``overhead_of``, default ``drafter``) as the overhead of SD steps.
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ class CostModel:
     d_fixed: float
     ngram_fraction: float
     overhead: float
+    #: the per-step overhead of SD steps (a method's own, fitted on its profiled steps); None: ``overhead``
+    sd_overhead: float | None = None
+
+    @property
+    def step_overhead(self) -> float:
+        """Overhead of one SD step (the baseline's steps take ``overhead``)."""
+        return self.overhead if self.sd_overhead is None else self.sd_overhead
 
     def target(self, kv, n):
         """Time of one target forward pass over ``n`` tokens with ``kv`` tokens cached."""
@@ -82,9 +91,11 @@ def resolve(name_or_path: str) -> Path:
     )
 
 
-def load_cost_model(name_or_path: str, drafter: str | None = None) -> CostModel:
+def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: str | None = None) -> CostModel:
     """Read and check a cost model; a missing or non-numeric coefficient is a one-line error. ``drafter``: use
-    ``drafters.<drafter>`` as the drafting coefficients (``eagle`` without a ``drafters`` section is the file's own)."""
+    ``drafters.<drafter>`` as the drafting coefficients (``eagle`` without a ``drafters`` section is the file's own).
+    ``overhead_of`` (default ``drafter``): the method whose ``overhead_by_method`` entry SD steps take, where the
+    file has one."""
     path = resolve(name_or_path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -108,6 +119,14 @@ def load_cost_model(name_or_path: str, drafter: str | None = None) -> CostModel:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise SpecReproError(f"{path}: coefficient '{where}' must be a non-negative number, got {v!r}")
         values[where] = float(v)
+    sd_overhead = None
+    by_method = doc.get("overhead_by_method") or {}
+    if (overhead_of or drafter) in by_method:
+        v = by_method[overhead_of or drafter]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise SpecReproError(f"{path}: 'overhead_by_method.{overhead_of or drafter}' must be a non-negative number, "
+                                 f"got {v!r}")
+        sd_overhead = float(v)
     return CostModel(
         name=str(doc.get("name", path.stem)) + (f"/{drafter}" if drafter and "drafters" in doc else ""),
         c_kv=values["target.c_kv"],
@@ -118,4 +137,5 @@ def load_cost_model(name_or_path: str, drafter: str | None = None) -> CostModel:
         d_fixed=values["eagle.d_fixed"],
         ngram_fraction=values["ngram.draft_fraction"],
         overhead=values["overhead_per_step"],
+        sd_overhead=sd_overhead,
     )

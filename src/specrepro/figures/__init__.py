@@ -47,6 +47,7 @@ MODULES = (
     "engine_closed_loop_summary",
     "engine_closed_loop_table",
     "engine_closed_loop_figure",
+    "engine_falsification_table",
     "engine_sim_fig10",
     "engine_sim_fig12",
     "engine_sim_table",

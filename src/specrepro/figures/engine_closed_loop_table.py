@@ -27,8 +27,8 @@ SPEC = FigureSpec(
         "(mean throughput over requests / no SD's on the same requests, 95 % paired bootstrap interval) and the "
         "simulator's (paper mode, B copies of a request as the benchmark ran them, on the traces of exactly those "
         "requests, with this experiment's own cost model), paired on experiment, dataset, method, k and batch size; "
-        "error = simulated / measured - 1. Below: the experiment's median and worst |error|, the ordering agreement "
-        "and what bounds the error."
+        "error = simulated / measured - 1; a dagger marks an in-sample point (the cost model saw its requests). Below: "
+        "the experiment's median and worst |error|, its sign, the ordering agreement and what bounds the error."
     ),
     paper_statement=(
         "The paper bounds what SD could reach with a simulator and a cost model that it does not check against its "
@@ -50,7 +50,8 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
              r"\midrule"]
     for r in t.itertuples(index=False):
         cfg = config_label_text(r.method, int(r.k), style.METHOD_LABELS)
-        lines.append(f"{tex_escape(ctx.dataset_label(r.dataset))} & {tex_escape(cfg)} & {int(r.batch_size)} & "
+        mark = r"$^\dagger$" if bool(getattr(r, "in_sample", False)) else ""
+        lines.append(f"{tex_escape(ctx.dataset_label(r.dataset))}{mark} & {tex_escape(cfg)} & {int(r.batch_size)} & "
                      f"{int(r.requests)} & {fmt(r.measured)} [{fmt(r.measured_ci_low)}, {fmt(r.measured_ci_high)}] & "
                      f"{fmt(r.simulated)} [{fmt(r.simulated_ci_low)}, {fmt(r.simulated_ci_high)}] & "
                      f"{100 * r.error:+.0f}\\,\\% \\\\")

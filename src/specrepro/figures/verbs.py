@@ -42,6 +42,7 @@ FIGURES = {
     'tab_closed_loop_summary': ('Sec. 6 (beyond the paper): Closed loop of every model: how far to trust its simulated upper bounds', 'engine_closed_loop_summary'),
     'tab_closed_loop': ('Sec. 6 (beyond the paper): Closed loop: simulated against measured speedup', 'engine_closed_loop_table'),
     'fig_closed_loop': ('Sec. 6 (beyond the paper): Closed loop: simulated against measured speedup', 'engine_closed_loop_figure'),
+    'tab_falsification': ('Sec. 6 (beyond the paper): Closed loop against wrong inputs: does it fail?', 'engine_falsification_table'),
     'fig10_sim_engine': ("Fig. 10: Simulated speedup on this run's traces: fixed k versus an oracle", 'engine_sim_fig10'),
     'fig12_sim_engine': ("Fig. 12: Oracle Combine on this run's traces", 'engine_sim_fig12'),
     'tab_sim_engine': ("Figs. 10, 12; beyond the paper: Upper bounds and beyond-paper policies on this run's traces", 'engine_sim_table'),

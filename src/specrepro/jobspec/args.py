@@ -72,11 +72,15 @@ def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
 
 
 def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
-    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size or k
-    other than the paper's."""
-    if (exp.get("thinking") or job["k"] not in (None, PROFILED_K) or tree_study(exp)
+    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size or a k
+    outside the experiment's ``profile_k`` (default the paper's 3). An experiment's ``profile_datasets`` are its
+    profiled passes' own (prompts no benchmark serves: the cost model is then fitted out of sample); else
+    ``profiling.datasets`` that the job benchmarks."""
+    if (exp.get("thinking") or job["k"] not in (None, *exp.get("profile_k", [PROFILED_K])) or tree_study(exp)
             or job.get("k_by_batch_size")):
         return []
+    if exp.get("profile_datasets"):
+        return list(exp["profile_datasets"])
     return [d for d in profiling.get("datasets", []) if d in job["datasets"]]
 
 

@@ -28,7 +28,8 @@ def used_models():
 def used_datasets():
     """Datasets the experiments (and, when there are experiments, the profiling runs) read."""
     exps = config.get("experiments", [])
-    names = [d for e in exps for d in e["datasets"]] + (list(config["profiling"]["datasets"]) if exps else [])
+    names = [d for e in exps for d in [*e["datasets"], *e.get("profile_datasets", [])]] + (
+        list(config["profiling"]["datasets"]) if exps else [])
     return list(dict.fromkeys(names))
 
 

@@ -15,7 +15,7 @@ def upper_bound_methods(exp):
 # experiments with an engine trace set the simulator can use; experiments whose cost model the run fits
 UPPER_BOUND_EXPERIMENTS = [x for x in EXPERIMENTS if upper_bound_methods(x)]
 COSTFIT_EXPERIMENTS = [x for x in EXPERIMENTS if x in UPPER_BOUND_EXPERIMENTS or any(px == x for px, _ in PROFILE_JOBS)]
-UPPER_BOUND_OUTPUTS = ["tab_closed_loop.tex", "fig_closed_loop.pdf", "fig10_sim_engine.pdf", "fig12_sim_engine.pdf",
+UPPER_BOUND_OUTPUTS = ["tab_closed_loop.tex", "fig_closed_loop.pdf", "tab_falsification.tex", "fig10_sim_engine.pdf", "fig12_sim_engine.pdf",
                        "tab_sim_engine.tex"]
 
 

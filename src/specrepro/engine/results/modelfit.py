@@ -25,11 +25,14 @@ too. Drafting at the prefill step is left out: the simulator charges the prefill
 
 The target is fitted on the steps of the configurations that ran in the image of the experiment's no-SD job
 (its baseline: a drafter job in another image, e.g. vLLM 0.34.0's draft model, gives its drafter rows only);
-``overhead_per_step`` is the mean ``overhead_s`` of those target rows (its mean per configuration is in the
-report). Each role is a non-negative least-squares fit (:func:`specrepro.engine.results.costfit.nnls_small`). Profiled
-passes run one k (the paper's 3), so a drafter's ``inp`` takes one value in decode steps and ``d_spec`` cannot be
-told apart from ``d_fixed``: then ``d_fixed = 0`` (drafting time taken proportional to ``k + 1``), listed under
-``assumed``.
+``overhead_per_step`` is the mean ``overhead_s`` of the no-SD configuration's decode steps (the baseline's), and
+``overhead_by_method`` each SD method's (its configurations' decode steps; the simulator charges it on SD steps,
+:attr:`specrepro.core.costmodel.CostModel.step_overhead`); the means per configuration and each method's 95 %
+half-width are in the report. Each role is a non-negative least-squares fit
+(:func:`specrepro.engine.results.costfit.nnls_small`). Where a drafter's profiled passes run several k (the CPU run's
+SmolLM2: ``profile_k``), its ``inp`` takes several values and ``d_fixed``, the per-step constant, is fitted; where they
+run one k (the paper's 3), ``d_spec`` cannot be told apart from ``d_fixed``: then ``d_fixed = 0`` (drafting time
+taken proportional to ``k + 1``), listed under ``assumed``.
 
 **From benchmark points** (:func:`bench_rows`, only for an experiment without profiled passes, e.g. the
 reasoning runs, which the profile leaves out). A point's wall time is the sum of its steps, whose shapes follow
@@ -144,18 +147,24 @@ class ExperimentFit:
     overhead_by_config: dict[str, float]
     residuals: pd.DataFrame
     assumed: dict[str, str] = field(default_factory=dict)
+    #: SD steps' overhead per method (its profiled decode steps' mean) and each mean's 95 % half-width
+    overhead_by_method: dict[str, float] = field(default_factory=dict)
+    overhead_half_width_by_method: dict[str, float] = field(default_factory=dict)
 
     def coefficients(self) -> dict:
         return {"target": dict(self.target.coefficients),
                 "drafters": {m: dict(f.coefficients) for m, f in self.drafters.items()},
                 "ngram": {"draft_fraction": self.ngram.coefficients["draft_fraction"] if self.ngram else 0.0},
-                "overhead_per_step": self.overhead}
+                "overhead_per_step": self.overhead,
+                **({"overhead_by_method": dict(self.overhead_by_method)} if self.overhead_by_method else {})}
 
     def report(self) -> dict:
         return {"source": self.source, "target": self.target.as_dict(),
                 "drafters": {m: f.as_dict() for m, f in self.drafters.items()},
                 "ngram": self.ngram.as_dict() if self.ngram else None, "overhead_per_step": self.overhead,
                 "overhead_points": self.overhead_points, "overhead_by_config": self.overhead_by_config,
+                "overhead_by_method": self.overhead_by_method,
+                "overhead_half_width_by_method": self.overhead_half_width_by_method,
                 "assumed": self.assumed, "n_points": int(len(self.residuals))}
 
 
@@ -200,9 +209,16 @@ def _residuals(d: pd.DataFrame, pred: np.ndarray) -> pd.DataFrame:
                          "predicted": pred, "residual": d["seconds"].to_numpy(float) - pred})[RESIDUAL_COLUMNS]
 
 
-def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str]) -> ExperimentFit:
+def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str],
+                methods: Mapping[str, str] | None = None) -> ExperimentFit:
     """Fit every role of ``rows`` (:func:`profile_rows`, :func:`sweep_rows`); the target and the overhead on the
-    rows of ``target_configs`` (the configurations in the baseline's image; sweep rows count as their config)."""
+    rows of ``target_configs`` (the configurations in the baseline's image; sweep rows count as their config).
+
+    ``methods`` ({config: method}): with it, the overhead is per method, the mean over the decode steps of that
+    method's configurations in the baseline's image: ``overhead_per_step`` the no-SD configuration's (the baseline's
+    steps), ``overhead_by_method`` every SD method's (its steps verify k + 1 tokens: a larger LM head and the rejection
+    sampler), each with its mean's 95 % half-width (1.96 standard errors over its steps). Without, one mean over
+    all of them."""
     if rows.empty:
         raise SpecReproError("no profiled engine step to fit a cost model to")
     base_cfg = rows["config"].astype(str).str.replace(" (cost-fit sweep)", "", regex=False)
@@ -215,7 +231,20 @@ def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str]) -> Experiment
     resid = [_residuals(t, t_pred)]
     o = t[t["phase"] == "decode"].dropna(subset=["overhead_s"])
     o = o if len(o) else t.dropna(subset=["overhead_s"])
+    by_method: dict[str, float] = {}
+    half: dict[str, float] = {}
+    if methods:
+        o_method = base_cfg[o.index].map(lambda c: methods.get(c, ""))
+        for m, g in o.groupby(o_method):
+            if not m or len(g) < 2:
+                continue
+            v = g["overhead_s"].astype(float)
+            by_method[str(m)] = float(max(0.0, v.mean()))
+            half[str(m)] = float(1.96 * v.std(ddof=1) / math.sqrt(len(v)))
+        if "none" in by_method:
+            o = o[o_method == "none"]
     overhead = float(max(0.0, o["overhead_s"].mean())) if len(o) else 0.0
+    by_method.pop("none", None)
     by_cfg = {str(c): float(g["overhead_s"].mean()) for c, g in
               rows[(rows["role"] == "target") & (rows["phase"] == "decode")].dropna(subset=["overhead_s"]).groupby("config")}
     drafters = {}
@@ -241,7 +270,7 @@ def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str]) -> Experiment
         resid.append(_residuals(ng, frac * T))
     assumed = {(k if k.startswith("drafters.") else f"target.{k}"): v for k, v in assumed.items()}
     return ExperimentFit("profile", target, drafters, ngram, overhead, int(len(o)), by_cfg,
-                         pd.concat(resid, ignore_index=True), assumed)
+                         pd.concat(resid, ignore_index=True), assumed, by_method, half)
 
 
 # --- from benchmark points ---------------------------------------------------------------------
@@ -344,6 +373,7 @@ def cost_model_doc(fit: ExperimentFit, *, name: str, model: str, hardware: str, 
         "images": dict(images),
         "target": c["target"], "eagle": dict(first), "drafters": c["drafters"], "ngram": c["ngram"],
         "overhead_per_step": c["overhead_per_step"],
+        **({"overhead_by_method": c["overhead_by_method"]} if c.get("overhead_by_method") else {}),
         "assumed": fit.assumed,
         "quality": {"target": {"r2": fit.target.r2, "n_points": fit.target.n_points},
                     **{f"drafters.{m}": {"r2": f.r2, "n_points": f.n_points} for m, f in fit.drafters.items()},
@@ -355,6 +385,7 @@ def cost_model_text(doc: Mapping[str, Any]) -> str:
     head = ["# Step-time cost model of one experiment (specrepro fit-engine-cost-model), in seconds.",
             "#   target  T(kv, n) = c_kv*kv + c_compute*n + c_fixed",
             "#   drafters.<method>: d_kv*kv + d_spec*input_len + d_fixed (load with drafter=<method>)",
+            "#   overhead_per_step: the baseline's steps; overhead_by_method.<method>: SD steps with that method",
             f"#   fitted from this experiment's {'profiled engine steps' if doc['fitted_from'] == 'profile' else 'benchmark wall times'}"]
     return "\n".join(head) + "\n" + yaml.safe_dump(_plain(doc), sort_keys=False, default_flow_style=False)
 
@@ -432,7 +463,7 @@ def run_fit_engine_cost_model(a) -> None:
         if base is None:
             raise SpecReproError(f"{a.exp}: profiled passes without a no-SD one; profile the baseline too")
         same = [c for c in configs if images[c] == images[base]]  # the baseline's image: the target's steps
-        fit = fit_profile(pd.concat(frames, ignore_index=True), same)
+        fit = fit_profile(pd.concat(frames, ignore_index=True), same, configs)
         source = f"profiled steps of {a.exp} ({', '.join(configs)})"
     else:
         if not a.points:

@@ -45,8 +45,8 @@ def _replicate(spec: SimSpec, steps: Steps, P: np.ndarray, L: np.ndarray, B: int
     # copy c drafts after copies 0..c-1 updated the cache: +produced each, or -(gen + P) if they finished
     delta = np.where(steps.final, -(steps.gen + Pr), steps.produced).astype(np.float64)
     eagle = cost.eagle_draft(kv + (B - 1) / 2 * delta, inp if steps.eagle_in is None else steps.eagle_in)
-    per_step = T + cost.overhead + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
-    sd = cost.target(0.0, B * P.astype(np.float64)) + cost.overhead + np.bincount(r, weights=per_step, minlength=R)
+    per_step = T + cost.step_overhead + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
+    sd = cost.target(0.0, B * P.astype(np.float64)) + cost.step_overhead + np.bincount(r, weights=per_step, minlength=R)
     return sd, baseline_latency(cost, B, P, L)
 
 
@@ -67,8 +67,9 @@ def _schedule(n_steps: np.ndarray, B: int) -> np.ndarray:
 
 
 def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, cost: CostModel,
-                           matched: np.ndarray | None) -> float:
-    """Steady-state throughput of serving the requests with ``B`` slots (continuous batching).
+                           matched: np.ndarray | None, sd: bool = True) -> float:
+    """Steady-state throughput of serving the requests with ``B`` slots (continuous batching); ``sd``: the steps are
+    SD steps (their overhead ``cost.step_overhead``; the baseline's, ``sd=False``, take ``cost.overhead``).
 
     Measured from the first step to the step that admits the last queued request, while all
     ``B`` slots are busy: the drain after it (fewer requests in flight, a tail set by the
@@ -96,7 +97,7 @@ def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, c
     sel = steps.eagle_w > 0
     np.maximum.at(ea_in, g[sel], (inp if steps.eagle_in is None else steps.eagle_in)[sel])
     eagle = np.where(ea_in > 0, cost.eagle_draft(kv, ea_in), 0.0)
-    step_time = T + cost.overhead + any_ng * cost.ngram_draft(T) + eagle
+    step_time = T + (cost.step_overhead if sd else cost.overhead) + any_ng * cost.ngram_draft(T) + eagle
     end = int(start.max()) if B < R else n_global - 1
     # tokens: one per prefill, then each decode step's tokens up to the request's end
     real = np.minimum(steps.produced, L[steps.request] - steps.gen).astype(np.float64)

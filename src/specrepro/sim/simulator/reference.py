@@ -73,7 +73,7 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
     kv = 0
     prefill = cost.target(kv, B * P)
     kv += B * P + B
-    latency = [prefill + cost.overhead] * B
+    latency = [prefill + cost.step_overhead] * B
     gen = [1] * B
     counts = [[0.0, 0.0, 0.0, 0.0] for _ in range(B)]  # adaptive: S, F of n-gram, then of EAGLE
     mode_ng = [False] * B
@@ -115,7 +115,7 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
                     draft = ngram_cost if ng[pos] >= ea[pos] else eagle_cost
                 else:
                     draft = ngram_cost + eagle_cost
-            latency[c] += t + draft + cost.overhead
+            latency[c] += t + draft + cost.step_overhead
             if spec.policy == "adaptive":
                 counts[c] = _reference_observe(spec.adaptive, mode_ng[c], n_in - 1, got, int(ng[pos]), counts[c])
             gen[c] += got
@@ -196,7 +196,7 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                 plan[i] = (n_in, min(int(acc[i][pos]), n_in), uses_ng, uses_ea)
             n_tok += sum(p[0] for p in plan.values())
             t = cost.target(kv, n_tok)
-            step = t + cost.overhead
+            step = t + (cost.step_overhead if sd else cost.overhead)
             if any(p[2] for p in plan.values()):
                 step += cost.ngram_draft(t)
             ea_inputs = [p[0] for p in plan.values() if p[3]]

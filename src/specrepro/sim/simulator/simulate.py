@@ -98,7 +98,7 @@ def simulate(workload: Workload, spec: SimSpec, batch_sizes: Sequence[int], cost
             steps = fixed_steps if fixed_steps is not None else decode_steps(spec, acc, ng, ea, P, B, cost)
             matched = continuous_matches(spec, steps)
             sd_tpt = _continuous_throughput(steps, P, L, B, cost, matched)
-            base_tpt = _continuous_throughput(base_steps, P, L, B, cost, None)
+            base_tpt = _continuous_throughput(base_steps, P, L, B, cost, None, sd=False)
             rows.append(_summary_row(workload, spec, B, idx.size, base_tpt, sd_tpt))
     summary = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     batches = pd.concat(batch_rows, ignore_index=True) if batch_rows else pd.DataFrame()

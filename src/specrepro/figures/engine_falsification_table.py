@@ -1,0 +1,96 @@
+"""Table: can the closed loop fail? One experiment's closed loop with its real traces next to wrong inputs.
+
+Input: ``specrepro falsify``'s document (:mod:`specrepro.analysis.falsify`): per variant (real traces, drafters'
+acceptance swapped, every / no draft accepted, another dataset's acceptance, n-gram's and EAGLE's swapped, no traces)
+the median, worst and mean signed |error| over the same measured points, its median against the real one's, and the
+ordering agreement of methods within a (dataset, B), of datasets within a (method, k, B) and of k within a (dataset,
+method, B), each with the score of always guessing the most common measured order.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import FigureSpec, TraceContext
+from ..analysis.falsify import ORDERINGS, VARIANTS
+from ..core.io import read_json, write_csv, write_text
+from ..core.latex import tex_escape
+
+SPEC = FigureSpec(
+    name="tab_falsification",
+    kind="table",
+    title="Closed loop against wrong inputs: does it fail?",
+    paper_ref="Sec. 6 (beyond the paper)",
+    caption=(
+        "The closed loop of {subject_label} recomputed on the same measured points, cost model and requests with only "
+        "the simulator's acceptance changed: the real traces; the model-based drafters' traces swapped; every draft "
+        "accepted; none accepted; each request given another dataset's acceptance; n-gram's and EAGLE's traces swapped; "
+        "and no simulator at all (each point predicted by the mean measured speedup of the same method, k and B on the "
+        "other datasets). Median, worst and mean signed error (> 0: the simulator optimistic), the median against the "
+        "real one's (a wrong input should give at least 1.5x), and ordering agreement (groups with no discordant pair "
+        "/ groups; in brackets, always guessing the most common measured order): methods within a (dataset, B), "
+        "datasets within a (method, k, B) (acceptance alone tells these apart), k within a (dataset, method, B)."
+    ),
+    paper_statement="The paper does not compare its simulator with its measured speedups.",
+    data="engine runs and this run's engine traces",
+)
+
+LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapped",
+          "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
+          "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
+          "no-traces": "no traces (other datasets' mean)"}
+COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_error", "optimistic_points", "ratio",
+           "falsified", "not_applicable"] + [f"{n}_{c}" for n, _, _ in ORDERINGS
+                                              for c in ("groups", "agreeing", "baseline_agreeing")]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--falsification", required=True, help="results/simulator/engine-<exp>/falsification.json")
+    p.add_argument("--csv", required=True)
+
+
+def rows(doc: dict) -> pd.DataFrame:
+    out = []
+    for v in VARIANTS:
+        s = (doc.get("variants") or {}).get(v)
+        if s is None:
+            continue
+        r = {"variant": v, **{c: s.get(c) for c in COLUMNS[1:9]}}
+        for n, _, _ in ORDERINGS:
+            o = s.get(n) or {}
+            for c in ("groups", "agreeing", "baseline_agreeing"):
+                r[f"{n}_{c}"] = o.get(c)
+        out.append(r)
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def to_latex(t: pd.DataFrame) -> str:
+    def pct(v, sign=False):
+        return "--" if v is None or v != v else (f"{100 * v:+.0f}\\,\\%" if sign else f"{100 * v:.0f}\\,\\%")
+
+    def order(r, n):
+        g = getattr(r, f"{n}_groups")
+        if not g or g != g:
+            return "--"
+        return f"{int(getattr(r, f'{n}_agreeing'))}/{int(g)} [{int(getattr(r, f'{n}_baseline_agreeing'))}]"
+
+    lines = [r"\begin{tabular}{@{}lrrrrlll@{}}", r"\toprule",
+             r" & & & & & \multicolumn{3}{c}{ordering agrees [most common order]} \\ \cmidrule(l){6-8}",
+             r"simulator's input & median & worst & mean & $\times$ real & methods & datasets & $k$ \\", r"\midrule"]
+    for r in t.itertuples(index=False):
+        name = tex_escape(LABELS.get(r.variant, r.variant))
+        if isinstance(r.not_applicable, str) and r.not_applicable:
+            lines.append(f"{name} & \\multicolumn{{7}}{{l}}{{not applicable: {tex_escape(r.not_applicable)}}} \\\\")
+            continue
+        ratio = "--" if r.ratio is None or r.ratio != r.ratio else f"{r.ratio:.1f}"
+        lines.append(f"{name} & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & {pct(r.mean_error, True)} & "
+                     f"{ratio} & {order(r, 'order_methods')} & {order(r, 'order_datasets')} & {order(r, 'order_k')} \\\\")
+        if r.variant == "real":
+            lines.append(r"\midrule")
+    return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
+
+
+def build(args, ctx: TraceContext) -> None:
+    t = rows(read_json(args.falsification))
+    write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
+    write_text(args.output, to_latex(t))
