@@ -24,7 +24,7 @@ import pandas as pd
 
 from . import figures as figreg
 from .figures.engine_exercise import methods_not_run
-from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
+from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, RULES, STATUSES, rule_counts
 from .core.io import SpecReproError, atomic_path, read_json, write_text
 from .core.latex import tex_breakable, tex_escape
 from .core.layout import MIN_PAGE_FILL, MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
@@ -393,7 +393,7 @@ def render(
 ) -> str:
     env = make_env(template_dir)
     claims = claims.copy()
-    for col, default in (("kind", "value"), ("claim", ""), ("headline", False)):
+    for col, default in (("kind", "value"), ("claim", ""), ("headline", False), ("decided_on", "")):
         if col not in claims:
             claims[col] = default
     status_counts = claims.groupby("status").size().to_dict() if len(claims) else {}
@@ -413,6 +413,8 @@ def render(
         status_counts=status_counts,
         statuses={"reproduced": REPRODUCED, "consistent": CONSISTENT, "not_reproduced": NOT_REPRODUCED,
                   "not_measured": NOT_MEASURED},
+        rules=rule_counts(claims),
+        decided=RULES,
         summaries=summaries,
         sections=sections,
         items=items,
