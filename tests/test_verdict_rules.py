@@ -28,8 +28,8 @@ def page_counts(tex: str) -> dict[str, dict[str, int]]:
     reproduced)``."""
     out = {}
     for name in PAGE_RULES:
-        m = re.search(r"\\textbf\{" + name + r"\} \{\(\}(\d+) claims: (\d+) reproduced(?:, (\d+) consistent but not "
-                      r"resolved)?, (\d+) not reproduced\)", tex)
+        m = re.search(r"\\textbf\{" + name + r"(?: \([FI]\))?\}\s+\{\(\}(\d+) claims: (\d+) reproduced(?:, (\d+) consistent but not "
+                      r"resolved)?, (\d+) not reproduced\)", tex.replace("\n", " "))
         if m:
             out[name] = {"total": int(m[1]), "reproduced": int(m[2]), "consistent": int(m[3] or 0),
                          "not reproduced": int(m[4])}

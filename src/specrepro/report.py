@@ -27,7 +27,8 @@ from .figures.engine_exercise import methods_not_run
 from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, RULES, STATUSES, rule_counts
 from .core.io import SpecReproError, atomic_path, read_json, write_text
 from .core.latex import tex_breakable, tex_escape
-from .core.layout import MIN_PAGE_FILL, MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+from .core.layout import (MIN_PAGE_FILL, MIN_REQUESTS, MIN_TEXT_PT, PER_REQUEST, label_page, overfull_boxes, small_text,
+                          sparse_pages)
 from .core import provenance as prov
 from .engine.models.families import STANDINS
 
@@ -496,11 +497,17 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
 
 def layout_problems(tex: str | Path) -> list[str]:
     """What a reader would see as wrong in a compiled report: lines or tables wider than the text
-    (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, a body longer than MAX_BODY_PAGES."""
+    (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, text of a table or caption set below
+    MIN_TEXT_PT (one line per page: the smallest size and its text), a body longer than MAX_BODY_PAGES."""
     tex = Path(tex)
     out = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in overfull_boxes(tex.with_suffix(".log").read_text(errors="replace"))]
     out += [f"page {p.page} is {100 * p.fill:.0f} % filled (< {100 * MIN_PAGE_FILL:.0f} %) and has no figure"
             for p in sparse_pages(tex.with_suffix(".pdf"))]
+    small: dict[int, tuple[float, str]] = {}
+    for page, pt, text in small_text(tex.with_suffix(".pdf")):
+        if page not in small or pt < small[page][0]:
+            small[page] = (pt, text)
+    out += [f"page {page}: text set at {pt:.1f} pt (< {MIN_TEXT_PT} pt): {text[:40]!r}" for page, (pt, text) in small.items()]
     body, _ = page_counts(tex)
     if body is not None and body > MAX_BODY_PAGES:
         out.append(f"the body is {body} pages (at most {MAX_BODY_PAGES})")
