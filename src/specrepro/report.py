@@ -30,6 +30,7 @@ from .core.latex import tex_breakable, tex_escape
 from .core.layout import (MIN_PAGE_FILL, MIN_REQUESTS, MIN_TEXT_PT, PER_REQUEST, label_page, overfull_boxes, small_text,
                           sparse_pages)
 from .core import provenance as prov
+from .core.uncertainty import MIN_INTERVAL_REQUESTS
 from .engine.models.families import STANDINS
 
 
@@ -287,7 +288,10 @@ def _interval_text(low: object, high: object, unit: str = "") -> str:
 
 
 def claim_cells(row: dict) -> dict:
-    """Display strings of one claims-table row: the paper's value(s), this run's value(s) with intervals."""
+    """Display strings of one claims-table row: the paper's value(s), this run's value(s) with intervals (none over
+    fewer than MIN_INTERVAL_REQUESTS requests: not a 95 % interval)."""
+    if not _missing(row.get("n")) and int(row["n"]) < MIN_INTERVAL_REQUESTS:
+        row = {**row, "ci_low": None, "ci_high": None, "ci_low_b": None, "ci_high_b": None}
     u = "" if _missing(row.get("unit")) else str(row.get("unit") or "")
     unit = "" if u in ("", "x") else f" {u}"
     if row.get("kind") == "ordering":

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .uncertainty import MIN_INTERVAL_REQUESTS
+
 #: LaTeX warns of every box wider than its line by any amount; a reader sees more than a point or so
 OVERFULL_LIMIT_PT = 1.0
 #: a page whose text block holds less than this share of content (and no figure) is a page a reader skips
@@ -29,8 +31,9 @@ MIN_TEXT_PT = 6.9
 
 #: the per-request figures: one row or box per request of a dataset
 PER_REQUEST = ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span")
-#: fewest requests per dataset a per-request figure in the report shows (with fewer it shows nothing)
-MIN_REQUESTS = 8
+#: fewest requests per dataset a per-request figure in the report shows (with fewer it shows nothing); also the
+#: fewest an interval printed as a 95 % interval rests on (specrepro.core.uncertainty.MIN_INTERVAL_REQUESTS)
+MIN_REQUESTS = MIN_INTERVAL_REQUESTS
 
 _OVERFULL = re.compile(r"^Overfull \\hbox \(([0-9.]+)pt too wide\)(.*)$")
 

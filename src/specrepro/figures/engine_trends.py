@@ -14,8 +14,10 @@ For every experiment with ``trend_checks: true`` (the CPU run's real model, Smol
    largest batch size (mean SD throughput over mean no-SD throughput of the same requests, all workloads
    pooled), each with its 95 % bootstrap interval over requests, and the ratio of the two with its paired
    interval (:mod:`specrepro.core.uncertainty`, the four mean throughputs resampled together): shown when that
-   ratio's interval lies below 1 for every configuration, not shown when one lies above 1, not resolved
-   otherwise.
+   ratio's interval lies below 1 for every configuration, not shown when one lies above 1, "by <configurations>;
+   not resolved: <the others>" when some lie below 1 and the others hold 1, not resolved otherwise; each
+   configuration's own verdict ends its numbers. Under MIN_INTERVAL_REQUESTS requests no interval is printed and
+   nothing is resolved.
 
 4. *The oracle's margin over a fixed k widens with the batch size* (Figs. 10, 12, on the experiment's own traces and
    cost model, :mod:`specrepro.analysis.enginesim`): oracle / best of k = 1, 3, 5 larger at the largest batch size
@@ -48,7 +50,8 @@ from . import FigureSpec, TraceContext
 from ..engine.results.metrics import load_points, pooled_acceptance
 from ..core.io import SpecReproError, read_json, write_csv, write_json, write_text
 from ..core.latex import tex_escape
-from ..core.uncertainty import Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci, bootstrap_ratio_ci
+from ..core.uncertainty import (MIN_INTERVAL_REQUESTS, Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci,
+                                bootstrap_ratio_ci)
 from ..analysis.enginesim import best_fixed
 
 SPEC = FigureSpec(
@@ -79,6 +82,8 @@ SPEC = FigureSpec(
 )
 
 NOT_RESOLVED = "not resolved"
+#: a configuration's verdict on "speedup falls with batch size", as the measured text gives it
+FALLS = {True: "falls", False: "does not fall", NOT_RESOLVED: "not resolved"}
 
 PAPER_DATASETS = ("instructcoder", "cnn", "sharegpt", "gsm8k")
 
@@ -149,8 +154,11 @@ def verification_check(breakdown: pd.DataFrame) -> dict:
 
 
 def _iv(iv: Interval, unit: str = "", f: str = "{:.2f}") -> str:
+    """``1.10x [1.02, 1.19]``; under MIN_INTERVAL_REQUESTS requests no interval, and the text says so."""
     if iv.low != iv.low:
         return f.format(iv.estimate) + unit
+    if iv.n and iv.n < MIN_INTERVAL_REQUESTS:
+        return f"{f.format(iv.estimate)}{unit} ({iv.n} requests: too few for a 95 % interval)"
     return f"{f.format(iv.estimate)}{unit} [{f.format(iv.low)}, {f.format(iv.high)}]"
 
 
@@ -181,12 +189,26 @@ def speedup_check(points: pd.DataFrame) -> dict:
         a = [s.reindex(common).to_numpy() for s in series]
         s0, s1 = bootstrap_ratio_ci(a[0], a[1]), bootstrap_ratio_ci(a[2], a[3])
         ratio = bootstrap_function_ci(a, lambda x0, y0, x1, y1: (x1 / y1) / (x0 / y0))
-        verdicts.append(True if ratio.high < 1 else False if ratio.low > 1 else NOT_RESOLVED)
+        few = len(common) < MIN_INTERVAL_REQUESTS  # no 95 % interval, so nothing resolved
+        v = NOT_RESOLVED if few else True if ratio.high < 1 else False if ratio.low > 1 else NOT_RESOLVED
+        verdicts.append((cfg, v))
         rows.append(f"{cfg}: {_iv(s0, 'x')} (B={int(b0)}), {_iv(s1, 'x')} (B={int(b1)}); B={int(b1)} / B={int(b0)}: "
-                    f"{_iv(ratio)} over {len(common)} requests")
+                    f"{_iv(ratio)}" + ("" if few else f" over {len(common)} requests")
+                    + f": {FALLS[v]}")
     if not rows:
         return {"check": "speedup falls with batch size", "measured": "no speedups", "paper": "", "shown": None}
-    shown = False if False in verdicts else True if all(v is True for v in verdicts) else NOT_RESOLVED
+    # per configuration: one whose ratio lies below 1 shows it even where another's is not resolved
+    yes = [c for c, v in verdicts if v is True]
+    no = [c for c, v in verdicts if v is False]
+    open_ = [c for c, v in verdicts if v == NOT_RESOLVED]
+    if no:
+        shown = False
+    elif not open_:
+        shown = True
+    elif yes:
+        shown = f"by {', '.join(yes)}; not resolved: {', '.join(open_)}"
+    else:
+        shown = NOT_RESOLVED
     return {"check": "speedup falls with batch size",
             "measured": "; ".join(rows) + " (all workloads pooled; 95 % intervals over requests)",
             "paper": "e.g. EAGLE, Llama-3.1-8B, GSM8K: 1.73x (B=1) to 1.21x (B=128) (Fig. 1)", "shown": shown}
@@ -269,7 +291,8 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
         held, bench = heldout_interval(t), benchmark_interval(points, method, k)
         if bench.estimate != bench.estimate:
             continue
-        known = held.low == held.low and bench.low == bench.low
+        known = (held.low == held.low and bench.low == bench.low
+                 and min(held.n or 0, bench.n or 0) >= MIN_INTERVAL_REQUESTS)
         apart = known and (held.low > bench.high or held.high < bench.low)
         out.append({
             "check": f"trained {tr.get('kind')}: tokens per step on held-out prompts and in the benchmark (k = {k})",
@@ -325,12 +348,13 @@ def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, 
 
 
 def to_latex(t: pd.DataFrame) -> str:
-    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.2\textwidth}l>{\raggedright\arraybackslash}p{0.40\textwidth}>{\raggedright\arraybackslash}p{0.22\textwidth}@{}}",
+    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.19\textwidth}>{\raggedright\arraybackslash}p{0.11\textwidth}"
+             r">{\raggedright\arraybackslash}p{0.40\textwidth}>{\raggedright\arraybackslash}p{0.2\textwidth}@{}}",
              r"\toprule", r"Finding & shown & measured here & paper \\", r"\midrule"]
     for r in t.itertuples(index=False):
         shown = r.shown if isinstance(r.shown, str) else {True: "yes", False: "no"}.get(
             None if r.shown is None or r.shown != r.shown else bool(r.shown), "n/a")
-        lines.append(f"{tex_escape(r.check)} & {shown} & {{\\scriptsize {tex_escape(r.measured)}}} & "
+        lines.append(f"{tex_escape(r.check)} & {tex_escape(shown)} & {{\\scriptsize {tex_escape(r.measured)}}} & "
                      f"{{\\scriptsize {tex_escape(r.paper)}}} \\\\")
     if not len(t):
         lines.append(r"\multicolumn{4}{c}{no experiment with trend checks} \\")
