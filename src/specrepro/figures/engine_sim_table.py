@@ -68,6 +68,8 @@ def bounds_table(df: pd.DataFrame) -> pd.DataFrame:
         top = gb.loc[gb["best_fixed"].idxmax()] if len(gb) else None
         sg = single.loc[g.index]
         ks, ks_by = _best(g, sg & (g["policy"] == "batch-schedule"))
+        if ks == 1.0:  # exactly 1: every schedule chose k = 0 here (no speculation), whichever proposer it belongs to
+            ks_by = "k = 0, no SD"
         ad, ad_by = _best(g, g["policy"] == "adaptive")
         orc, orc_by = _best(g, sg & (g["policy"] == "oracle"))
         comb, _ = _best(g, (g["proposer"] == "combined") & (g["policy"] == "oracle"))

