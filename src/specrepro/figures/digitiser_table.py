@@ -107,8 +107,18 @@ def to_latex(s: pd.DataFrame, agree: pd.DataFrame, images: dict | None = None) -
               r"\bottomrule", r"\end{tabular}}", ""]
     bad = agree[agree["agrees"] == False]  # noqa: E712
     lines.append(r"\par\medskip")
+    other_bad = agree[agree["other_agrees"] == False] if "other_agrees" in agree else agree.iloc[:0]  # noqa: E712
     if bad.empty:
-        lines.append(r"\noindent No judged reading disagrees with the registry.")
+        lines.append(r"\noindent No judged reading disagrees with the registry's claim of its own figure"
+                     + ("." if other_bad.empty else ";"))
+    if len(other_bad):
+        parts = [f"{tex_escape(r.figure)}({tex_escape(r.panel)}) {tex_escape(r.series)} at {tex_escape(str(r.x))} reads "
+                 f"{float(r.read):.3f} against \\texttt{{{tex_escape(r.other_figure_claim)}}}, "
+                 f"{float(r.other_figure_value):.2f} $\\pm$ its tolerance (set for the other figure's resolution)"
+                 for r in other_bad.itertuples(index=False)]
+        lines.append(("" if bad.empty else r"\noindent ") + f"{len(other_bad)} reading"
+                     + (" disagrees" if len(other_bad) == 1 else "s disagree")
+                     + " with another figure's claim of the same quantity: " + "; ".join(parts) + ".")
     near = nearest_tolerance(agree)
     if len(near):
         title = "Disagreements and the" if not bad.empty else "The"
