@@ -124,6 +124,8 @@ class Item:
     caption: str
     data: str = ""  #: where the numbers come from (the spec's ``data``, naming engine traces as such)
     role: str = EVIDENCE  #: :data:`EVIDENCE`, :data:`CPU_MODEL` or :data:`STANDIN` (:func:`subject_role`)
+    note: str = ""  #: a sentence under it from its own CSV (:func:`specrepro.figures.report_note`)
+    finding: str = ""  #: its section's finding in one sentence, if its module states one (beyond-the-paper sections)
 
 
 def subject_role(subject: str, run_config: dict) -> str:
@@ -189,6 +191,8 @@ def layout(items: Sequence[Item], summaries: Sequence[dict], run_config: dict, k
         p["subjects"] = len({it.subject for it in p["figures"]})
         # the paper's statement: of the figure its claims are about, else of the section's first figure
         first = [figreg.spec(n) for n in s.names[:1] if n != "*"]
+        # a beyond-the-paper section opens with its finding: the first of its items that states one
+        p["finding"] = next((it.finding for it in p["figures"] if it.finding), "") if s.part == BEYOND else ""
         p["statement"] = next((b["statement"] for b in p["claims"] if b["statement"]), "") or \
             (first[0].paper_statement if first and s.part == PAPER else "")
         if p["figures"] or p["claims"] or s.key in keep:
@@ -239,7 +243,8 @@ def build_items(paths: Sequence[str | Path], run_config: dict, tex_dir: Path) ->
         )
         rel = os.path.relpath(Path(p).resolve(), tex_dir.resolve())
         items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt),
-                          data_source(spec.data, info), subject_role(subject, run_config)))
+                          data_source(spec.data, info), subject_role(subject, run_config),
+                          figreg.report_note(name, p), figreg.finding(name, p)))
     items.sort(key=lambda it: (order[it.spec.name], it.subject))
     return items
 

@@ -156,3 +156,21 @@ def build(args, ctx: TraceContext) -> None:
     write_csv(args.csv, agree, float_format="%.6g")
     images = load_image_origins(args.images) if args.images else None
     write_text(args.output, to_latex(summary(agree, claims), agree, images))
+
+
+def finding(csv) -> str:
+    """The digitiser's agreement with the registry in one sentence (its readings table, the CSV)."""
+    a = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    judged = a[a["agrees"].astype(str).isin(["True", "False"])]
+    if judged.empty:
+        return ""
+    ok = int((judged["agrees"].astype(str) == "True").sum())
+    other = a[a["other_agrees"].astype(str).isin(["True", "False"])]
+    bad_other = int((other["other_agrees"].astype(str) == "False").sum())
+    d = judged["difference"].astype(float).abs()
+    text = (f"Read from the paper's images alone, {ok} of {len(judged)} judged readings agree with the registry's "
+            f"claim of their own figure (median |difference| {d.median():.2g})")
+    if len(other):
+        text += (f", and {len(other) - bad_other} of {len(other)} with another figure's claim of the same quantity"
+                 + (f" ({bad_other} do not, named below the table)" if bad_other else ""))
+    return text + "."

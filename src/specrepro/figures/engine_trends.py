@@ -383,3 +383,26 @@ def build(args, ctx: TraceContext) -> None:
     if args.json:
         write_json(args.json, json.loads(t.to_json(orient="records")))
     write_text(args.output, to_latex(t))
+
+
+def finding(csv) -> str:
+    """How many of the paper's trends the checked experiments show (the trend table's CSV)."""
+    t = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    t = t[t["exp"] != "drafters"]
+    judged = t[t["shown"].notna() & (t["shown"].astype(str) != "")]
+    if judged.empty:
+        return ""
+    s = judged["shown"].astype(str)
+    yes = judged[s == "True"]["check"].tolist()
+    part = judged[s.str.startswith("by ")]["check"].tolist()
+    no = judged[s == "False"]["check"].tolist()
+    open_ = judged[s == NOT_RESOLVED]["check"].tolist()
+    exps = ", ".join(dict.fromkeys(judged["exp"].astype(str)))
+    text = f"{exps} shows {len(yes)} of the {len(judged)} paper trends checked here"
+    if part:
+        text += f", {len(part)} for some configurations ({'; '.join(part)})"
+    if no:
+        text += f", not {'; '.join(no)}"
+    if open_:
+        text += f"; not resolved: {'; '.join(open_)}"
+    return text + "."

@@ -201,3 +201,27 @@ def build(args, ctx: TraceContext) -> None:
 
 
 __all__ = ["SPEC", "METHODS", "add_arguments", "build"]
+
+
+def finding(csv) -> str:
+    """What choosing k by batch size gains where it can (mixed batch sizes, ``results/simulator/<set>/today/mixed.csv``
+    beside the run's figures) and how little suffix decoding and the schedules close of the gap at B = 1."""
+    from pathlib import Path
+
+    csv = Path(csv)
+    subject = csv.stem.split("-", 1)[1]
+    mixed = csv.parent.parent / "results" / "simulator" / subject / "today" / "mixed.csv"
+    if not mixed.exists():
+        return ""
+    m = pd.read_csv(mixed)
+    if m.empty:
+        return ""
+    best = m[["ngram_schedule_closed", "eagle_schedule_closed"]].max(axis=1)
+    honest = m[["ngram_schedule_closed_honest", "eagle_schedule_closed_honest"]].max(axis=1)
+    text = (f"On mixed batch sizes ({m['batch_sizes'].iloc[0]}), choosing k by batch size closes "
+            f"{100 * best.min():.0f}-{100 * best.max():.0f} % of the gap between the best single fixed k and the oracle "
+            f"over the {len(m)} datasets")
+    if honest.notna().any():
+        text += (f" ({100 * honest.min():.0f}-{100 * honest.max():.0f} % against Oracle Combine charged both "
+                 "drafters)")
+    return text + "; at any one batch size it is a fixed k and closes nothing by construction."
