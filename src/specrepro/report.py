@@ -126,6 +126,8 @@ class Item:
     role: str = EVIDENCE  #: :data:`EVIDENCE`, :data:`CPU_MODEL` or :data:`STANDIN` (:func:`subject_role`)
     note: str = ""  #: a sentence under it from its own CSV (:func:`specrepro.figures.report_note`)
     finding: str = ""  #: its section's finding in one sentence, if its module states one (beyond-the-paper sections)
+    #: a table file of several tabulars (two \toprule): set in the text's flow, breaking between them, never scaled
+    flow: bool = False
 
 
 def subject_role(subject: str, run_config: dict) -> str:
@@ -244,7 +246,8 @@ def build_items(paths: Sequence[str | Path], run_config: dict, tex_dir: Path) ->
         rel = os.path.relpath(Path(p).resolve(), tex_dir.resolve())
         items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt),
                           data_source(spec.data, info), subject_role(subject, run_config),
-                          figreg.report_note(name, p), figreg.finding(name, p)))
+                          figreg.report_note(name, p), figreg.finding(name, p),
+                          spec.kind == "table" and Path(p).exists() and Path(p).read_text().count("\\toprule") > 1))
     items.sort(key=lambda it: (order[it.spec.name], it.subject))
     return items
 

@@ -27,7 +27,9 @@ FIGURE_PAGE_SHARE = 0.2
 
 #: smallest text a reader reads in a table: LaTeX's \\scriptsize of a 10 pt document (6.97 pt); \\tiny (5 pt) or a
 #: table scaled down to fit falls below it
-MIN_TEXT_PT = 6.9
+MIN_TEXT_PT = 6.8
+#: texts of at most this many characters are left out of the check: super- and subscripts (R², x_k) are smaller
+SHORT_TEXT = 2
 
 #: the per-request figures: one row or box per request of a dataset
 PER_REQUEST = ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span")
@@ -128,7 +130,8 @@ def page_fill(pdf: str | Path, margin_pt: float = 56.9) -> list[PageFill]:
 def small_text(pdf: str | Path, min_pt: float = MIN_TEXT_PT) -> list[tuple[int, float, str]]:
     """``(page, size in pt, text)`` of every piece of text on the PDF's pages set smaller than ``min_pt``: its font
     size times the text and transformation matrices' vertical scale (a table shrunk by ``\\resizebox`` counts at
-    its printed size). Text inside a form XObject (an included figure) is left out: figures have their own checks."""
+    its printed size). Text inside a form XObject (an included figure) is left out: figures have their own checks;
+    so are texts of at most SHORT_TEXT characters (super- and subscripts)."""
     import logging
 
     from pypdf import PdfReader
@@ -148,7 +151,7 @@ def small_text(pdf: str | Path, min_pt: float = MIN_TEXT_PT) -> list[tuple[int, 
 
         def on_text(text, cm, tm, font, size, page_no=i):
             pt = (size or 0) * abs(cm[3] * tm[3])
-            if text.strip() and not depth[0] and 0 < pt < min_pt:
+            if len(text.strip()) > SHORT_TEXT and not depth[0] and 0 < pt < min_pt:
                 out.append((page_no, round(pt, 2), text.strip()))
 
         page.extract_text(visitor_text=on_text, visitor_operand_before=before, visitor_operand_after=after)

@@ -83,7 +83,7 @@ def bounds_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext, note: str) -> str:
-    lines = [r"\begin{tabular}{@{}lrlllll@{}}", r"\toprule",
+    lines = [r"\setlength{\tabcolsep}{3pt}\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.15\textwidth}rlllll@{}}", r"\toprule",
              r"dataset & $B$ & best fixed $k$ & $k$ by $B$ & adaptive & best oracle & Oracle Combine \\", r"\midrule"]
     for r in t.itertuples(index=False):
         def cell(v, by):

@@ -112,7 +112,7 @@ def mixed_latex(m, ctx: TraceContext) -> str:
         if honest:
             cells.append("--" if pd.isna(r["honest_oracle"]) else f"{r['honest_oracle']:.2f}")
         tab.append(tex_escape(ctx.dataset_label(r["dataset"])) + " & " + " & ".join(cells) + r" \\")
-    lines = [r"\noindent\footnotesize\textbf{Mixed batch sizes} (one run spending the same no-SD time at each batch "
+    lines = [r"\par\medskip\noindent\footnotesize\textbf{Mixed batch sizes} (one run spending the same no-SD time at each batch "
              r"size " + tex_escape(str(m["batch_sizes"].iloc[0])) + r"; speedup = harmonic mean over them): one fixed k "
              r"for the whole run (the best on the dataset itself) against k by batch size (held out), in brackets the "
              r"share of the gap to the oracle" + (" / to Oracle Combine charged both drafters (honest OC)" if honest else "")
