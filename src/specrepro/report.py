@@ -193,8 +193,9 @@ def layout(items: Sequence[Item], summaries: Sequence[dict], run_config: dict, k
         p["subjects"] = len({it.subject for it in p["figures"]})
         # the paper's statement: of the figure its claims are about, else of the section's first figure
         first = [figreg.spec(n) for n in s.names[:1] if n != "*"]
-        # a beyond-the-paper section opens with its finding: the first of its items that states one
-        p["finding"] = next((it.finding for it in p["figures"] if it.finding), "") if s.part == BEYOND else ""
+        # a beyond-the-paper section (and the CPU model's) opens with its finding: the first of its items that states one
+        p["finding"] = (next((it.finding for it in p["figures"] if it.finding), "")
+                        if s.part in (BEYOND, CPU_PART) else "")
         p["statement"] = next((b["statement"] for b in p["claims"] if b["statement"]), "") or \
             (first[0].paper_statement if first and s.part == PAPER else "")
         if p["figures"] or p["claims"] or s.key in keep:

@@ -172,5 +172,5 @@ def finding(csv) -> str:
             f"claim of their own figure (median |difference| {d.median():.2g})")
     if len(other):
         text += (f", and {len(other) - bad_other} of {len(other)} with another figure's claim of the same quantity"
-                 + (f" ({bad_other} do not, named below the table)" if bad_other else ""))
+                 + (f" ({bad_other} {'does' if bad_other == 1 else 'do'} not, named below the table)" if bad_other else ""))
     return text + "."

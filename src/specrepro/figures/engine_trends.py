@@ -405,11 +405,12 @@ def finding(csv) -> str:
     no = judged[s == "False"]["check"].tolist()
     open_ = judged[s == NOT_RESOLVED]["check"].tolist()
     exps = ", ".join(dict.fromkeys(judged["exp"].astype(str)))
-    text = f"{exps} shows {len(yes)} of the {len(judged)} paper trends checked here"
+    text = f"{exps} shows {len(yes)} of the {len(judged)} paper trends checked here" + (
+        f" ({'; '.join(yes)})" if yes else "")
     if part:
-        text += f", {len(part)} for some configurations ({'; '.join(part)})"
+        text += f"; for some configurations: {'; '.join(part)}"
     if no:
-        text += f", not {'; '.join(no)}"
+        text += f"; not shown: {'; '.join(no)}"
     if open_:
         text += f"; not resolved: {'; '.join(open_)}"
     return text + "."

@@ -85,7 +85,9 @@ def finding(csv) -> str:
         f", {100 * (r['combine_winner'] - r['oracle_best']) / (r['combine'] - r['oracle_best']):.0f} % charged the "
         "winning proposer's cost")
     others = kept.drop(top)
-    rest = "" if others.empty else f"; {100 * others.min():.0f}-{100 * others.max():.0f} % on the other datasets"
+    lo, hi = (f"{100 * x:.0f}" for x in (others.min(), others.max())) if len(others) else ("", "")
+    rest = "" if others.empty else f"; {lo if lo == hi else f'{lo}-{hi}'} % on the other dataset" + (
+        "s" if len(others) > 1 else "")
     return (f"Charged both drafters at every step, Oracle Combine on {top} at B = {b} falls from {r['combine']:.2f}x to "
             f"{r['combine_both']:.2f}x, so {100 * kept[top]:.0f} % of its margin over the best single-method oracle "
             f"({r['oracle_best']:.2f}x) survives honest drafting cost{winner}{rest}.")
