@@ -331,13 +331,18 @@ def test_fig09_cells_are_the_csv(simulated, monkeypatch, tmp_path):
         printed: dict = {}
         for x, y, t in fr.texts(ax):
             printed.setdefault((round(y), round(x)), []).append(t)
+        # (issue 24, item 4: no interval printed over fewer than 8 requests)
         ci = {(bss.index(r.batch_size), int(round(r.bleu_low / 0.2))): (100 * r.ci_low, 100 * r.ci_high)
-              for r in c.itertuples() if {"ci_low", "ci_high"} <= set(c.columns) and np.isfinite(r.ci_low)}
+              for r in c.itertuples() if {"ci_low", "ci_high"} <= set(c.columns) and np.isfinite(r.ci_low)
+              and r.requests >= 8}
+        few = {(bss.index(r.batch_size), int(round(r.bleu_low / 0.2))) for r in c.itertuples() if r.requests < 8}
         for (y, x), v in np.ndenumerate(want.filled(np.nan)):
             if np.isfinite(v):
                 assert f"{v:+.0f}" in printed[(y, x)]
                 if (y, x) in ci:
                     assert f"{ci[(y, x)][0]:.0f}…{ci[(y, x)][1]:.0f}" in printed[(y, x)]
+                if (y, x) in few:
+                    assert not any("…" in t for t in printed[(y, x)])
         assert [lab.get_text() for lab in ax.get_yticklabels()] == [str(b) for b in bss]
 
 
@@ -449,7 +454,7 @@ def test_tab_today_values_are_the_simulations_and_their_intervals(today, monkeyp
                 assert getattr(r, f"{key}_closed_wide") == pytest.approx(
                     (row["speedup"] - wbest) / (oracle - wbest) if oracle > wbest else math.nan, nan_ok=True)
         # the tex row prints the two speedups with their intervals under them
-        cell = "\\begin{tabular}[t]{@{}r@{}}%s\\\\{\\tiny [%.2f, %.2f]}\\end{tabular}"
+        cell = "\\begin{tabular}[t]{@{}r@{}}%s\\\\{\\scriptsize [%.2f, %.2f]}\\end{tabular}"
         best_text = f"{r.best_fixed:.2f} ({'E' if bp == 'eagle' else 'n'}{r.best_fixed_k})"
         assert cell % (best_text, r.best_fixed_ci_low, r.best_fixed_ci_high) in tex
         wide_text = f"{r.best_fixed_wide:.2f} ({'E' if wp == 'eagle' else 'n'}{r.best_fixed_wide_k})"
