@@ -170,9 +170,7 @@ def test_smollm2_stand_in(cpu_run):
     assert set(trends.loc[trends["exp"] == "smollm2", "check"]) == {
         "n-gram ranks the workloads as the paper's data do", "verification dominates the step",
         "speedup falls with batch size",
-        "a fixed k falls short of the oracle at every batch size (simulated)",
         "the oracle's margin over a fixed k widens with batch size (simulated)",
-        "Oracle Combine beats every single-method oracle (simulated)",
         "simulator against measured speedups (closed loop; not a paper finding)"}
 
 

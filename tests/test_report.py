@@ -171,7 +171,7 @@ def test_figure_summaries_group_count_and_pick_headlines():
 def test_verdict_up_front_claims_in_their_sections_and_the_appendix():
     run_config, prov, _ = minimal("gpu")
     tex = render(TEMPLATES, run_config, prov, evaluated_claims(), [], [])
-    summary, fig1, run, appendix = (tex.index(r"\section{Verdict}"), tex.index(r"\section{Fig. 1: end-to-end speedup}"),
+    summary, fig1, run, appendix = (tex.index(r"\section{Verdict}"), tex.index(r"\section{Paper Fig. 1: end-to-end speedup}"),
                                     tex.index(r"\section{What was run}"), tex.index(r"\section{All claims}"))
     assert summary < fig1 < run < appendix and tex.index(r"\appendix") < appendix
     assert r"\textbf{Claims of Fig. 1 {(}end-to-end speedup).}" in tex

@@ -20,7 +20,8 @@ from specrepro import report as rep  # noqa: E402
 from specrepro.analysis.claims import evaluate, load_claims  # noqa: E402
 from specrepro.figures import style  # noqa: E402
 from specrepro.core.io import SpecReproError  # noqa: E402
-from specrepro.core.layout import MIN_REQUESTS, label_page, overfull_boxes, page_fill, sparse_pages, text_overlaps  # noqa: E402
+from specrepro.core.layout import (MIN_REQUESTS, MIN_TEXT_PT, label_page, overfull_boxes, page_fill, small_text,  # noqa: E402
+                                   sparse_pages, text_overlaps)
 from specrepro.core.uncertainty import CI_HIGH, CI_LOW, SAME_SAMPLE  # noqa: E402
 
 from conftest import REPO  # noqa: E402
@@ -229,6 +230,29 @@ def test_fit_width_scales_a_wide_table_down_to_the_text_width(tmp_path):
     doc.write_text(doc.read_text().replace("\\ifdim\\wd\\fitwidthbox>\\linewidth", "\\ifdim\\wd\\fitwidthbox>10\\linewidth"))
     rep.latexmk(doc)
     assert max(pt for pt, _ in overfull_boxes(doc.with_suffix(".log").read_text())) > 100
+
+
+@needs_latex
+def test_small_text_finds_a_table_scaled_below_7pt_but_not_scriptsize_or_figures(tmp_path):
+    """Issue 22, section 3: the today table, scaled down by fit_width to the text width, came out far below the body's
+    text. The check reads each text's printed size from the PDF (font size x the scale of \\resizebox)."""
+    from specrepro.core.latex import fit_width
+
+    wide = ["\\begin{tabular}{" + "l" * 12 + "}", " & ".join(["a-rather-long-cell"] * 12) + "\\\\", "\\end{tabular}"]
+    figure_file(tmp_path / "f.pdf", panels=2, height=3.0)
+    doc = tmp_path / "small.tex"
+    doc.write_text("\\documentclass{article}\\usepackage[margin=2cm]{geometry}\\usepackage{graphicx}\\begin{document}\n"
+                   "Body {\\scriptsize scriptsize} {\\footnotesize\n" + "\n".join(fit_width(wide)) + "}\n"
+                   "\\includegraphics[width=0.3\\textwidth]{f.pdf}\n\\end{document}\n")
+    small = small_text(rep.latexmk(doc))
+    texts = {t for _, _, t in small}
+    assert small and all(pt < MIN_TEXT_PT for _, pt, _ in small)
+    assert any("a-rather-long-cell" in t for t in texts) and not any("scriptsize" in t or "Body" in t for t in texts)
+    assert max(pt for _, pt, _ in small) < 5  # 12 columns in 8 pt type squeezed into the text width
+    # the figure's tick labels, printed small by the 0.3 textwidth, are not the check's business; a narrow table is fine
+    doc.write_text(doc.read_text().replace("\\begin{tabular}{" + "l" * 12 + "}", "\\begin{tabular}{ll}")
+                   .replace(" & ".join(["a-rather-long-cell"] * 12), "a & b"))
+    assert small_text(rep.latexmk(doc)) == []
 
 
 @needs_latex

@@ -148,6 +148,8 @@ def test_fast_equals_reference_paper_mode(workloads, dataset):
         ref = simulate_reference(workloads[dataset], spec, [1, 3, 16], cost).summary
         np.testing.assert_allclose(fast["speedup"], ref["speedup"], rtol=1e-12, err_msg=str(spec))
         np.testing.assert_allclose(fast["sd_throughput"], ref["sd_throughput"], rtol=1e-12, err_msg=str(spec))
+        # total tokens over total time (continuous batching's averaging), from each request's own time
+        np.testing.assert_allclose(fast["pooled_speedup"], ref["pooled_speedup"], rtol=1e-12, err_msg=str(spec))
 
 
 def test_fast_equals_reference_full_draw_and_large_batch(workloads):

@@ -24,11 +24,13 @@ import pandas as pd
 
 from . import figures as figreg
 from .figures.engine_exercise import methods_not_run
-from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, STATUSES
+from .analysis.claims import CONSISTENT, NOT_MEASURED, NOT_REPRODUCED, REPRODUCED, RULES, STATUSES, rule_counts
 from .core.io import SpecReproError, atomic_path, read_json, write_text
 from .core.latex import tex_breakable, tex_escape
-from .core.layout import MIN_PAGE_FILL, MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+from .core.layout import (MIN_PAGE_FILL, MIN_REQUESTS, MIN_TEXT_PT, PER_REQUEST, label_page, overfull_boxes, small_text,
+                          sparse_pages)
 from .core import provenance as prov
+from .core.uncertainty import MIN_INTERVAL_REQUESTS
 from .engine.models.families import STANDINS
 
 
@@ -72,20 +74,20 @@ _ENGINE_FIGURES = ("fig01_speedup", "tab_trends", "fig05_acceptance_heatmap", "f
 #: role; a new figure is one more name in the ``names`` of its section (or a new Section here). Inside a
 #: section: the released traces' and the simulator's items first, then the engine runs', each in ``names`` order.
 SECTIONS: tuple[Section, ...] = (
-    Section("fig1", "Fig. 1: end-to-end speedup", PAPER, ("fig01_speedup",), ("Fig. 1",)),
+    Section("fig1", "Paper Fig. 1: end-to-end speedup", PAPER, ("fig01_speedup",), ("Fig. 1",)),
     Section("lossless", "Greedy speculative decoding is lossless", PAPER, ("tab_lossless",)),
-    Section("fig2", "Fig. 2: tree versus chain verification", PAPER, ("fig02_tree", "tab_tree"), ("Fig. 2",)),
-    Section("fig3", "Fig. 3: reasoning workloads", PAPER, ("fig03_reasoning",), ("Fig. 3",)),
-    Section("fig4", "Fig. 4: where the time of a step goes", PAPER, ("fig04_breakdown",), ("Fig. 4",)),
+    Section("fig2", "Paper Fig. 2: tree versus chain verification", PAPER, ("fig02_tree", "tab_tree"), ("Fig. 2",)),
+    Section("fig3", "Paper Fig. 3: reasoning workloads", PAPER, ("fig03_reasoning",), ("Fig. 3",)),
+    Section("fig4", "Paper Fig. 4: where the time of a step goes", PAPER, ("fig04_breakdown",), ("Fig. 4",)),
     Section("memory", "Memory of the drafters", PAPER, ("tab_memory",), ("Memory",)),
-    Section("fig5", "Fig. 5: acceptance by position", PAPER, ("fig05_acceptance_heatmap", "tab_acceptance_stats"),
+    Section("fig5", "Paper Fig. 5: acceptance by position", PAPER, ("fig05_acceptance_heatmap", "tab_acceptance_stats"),
             ("Fig. 5",)),
-    Section("fig7", "Fig. 7: acceptance by request", PAPER, ("fig07_request_span",), ("Fig. 7",)),
-    Section("fig9", "Fig. 9: when n-gram beats EAGLE", PAPER, ("fig09_bleu_ngram", "fig09_engine_bleu"), ("Fig. 9",)),
-    Section("fig10", "Fig. 10: fixed k against an oracle (simulated)", PAPER, ("tab_ngram_agreement", "fig10_sim_speedup"),
+    Section("fig7", "Paper Fig. 7: acceptance by request", PAPER, ("fig07_request_span",), ("Fig. 7",)),
+    Section("fig9", "Paper Fig. 9: when n-gram beats EAGLE", PAPER, ("fig09_bleu_ngram", "fig09_engine_bleu"), ("Fig. 9",)),
+    Section("fig10", "Paper Fig. 10: fixed k against an oracle (simulated)", PAPER, ("tab_ngram_agreement", "fig10_sim_speedup"),
             ("Fig. 10",)),
-    Section("fig11", "Fig. 11: where n-gram beats EAGLE", PAPER, ("fig11_acceptance_diff",), ("Fig. 11",)),
-    Section("fig12", "Fig. 12: Oracle Combine", PAPER, ("fig12_oracle_combine", "tab_oracle_gap"),
+    Section("fig11", "Paper Fig. 11: where n-gram beats EAGLE", PAPER, ("fig11_acceptance_diff",), ("Fig. 11",)),
+    Section("fig12", "Paper Fig. 12: Oracle Combine", PAPER, ("fig12_oracle_combine", "tab_oracle_gap"),
             ("Fig. 12", "Figs. 10, 12")),
     Section("beyond", "Beyond the paper: the upper bound under honest accounting", BEYOND,
             ("tab_sim_beyond", "fig_sim_beyond")),
@@ -122,6 +124,10 @@ class Item:
     caption: str
     data: str = ""  #: where the numbers come from (the spec's ``data``, naming engine traces as such)
     role: str = EVIDENCE  #: :data:`EVIDENCE`, :data:`CPU_MODEL` or :data:`STANDIN` (:func:`subject_role`)
+    note: str = ""  #: a sentence under it from its own CSV (:func:`specrepro.figures.report_note`)
+    finding: str = ""  #: its section's finding in one sentence, if its module states one (beyond-the-paper sections)
+    #: a table file of several tabulars (two \toprule): set in the text's flow, breaking between them, never scaled
+    flow: bool = False
 
 
 def subject_role(subject: str, run_config: dict) -> str:
@@ -187,6 +193,9 @@ def layout(items: Sequence[Item], summaries: Sequence[dict], run_config: dict, k
         p["subjects"] = len({it.subject for it in p["figures"]})
         # the paper's statement: of the figure its claims are about, else of the section's first figure
         first = [figreg.spec(n) for n in s.names[:1] if n != "*"]
+        # a beyond-the-paper section (and the CPU model's) opens with its finding: the first of its items that states one
+        p["finding"] = (next((it.finding for it in p["figures"] if it.finding), "")
+                        if s.part in (BEYOND, CPU_PART) else "")
         p["statement"] = next((b["statement"] for b in p["claims"] if b["statement"]), "") or \
             (first[0].paper_statement if first and s.part == PAPER else "")
         if p["figures"] or p["claims"] or s.key in keep:
@@ -237,7 +246,9 @@ def build_items(paths: Sequence[str | Path], run_config: dict, tex_dir: Path) ->
         )
         rel = os.path.relpath(Path(p).resolve(), tex_dir.resolve())
         items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt),
-                          data_source(spec.data, info), subject_role(subject, run_config)))
+                          data_source(spec.data, info), subject_role(subject, run_config),
+                          figreg.report_note(name, p), figreg.finding(name, p),
+                          spec.kind == "table" and Path(p).exists() and Path(p).read_text().count("\\toprule") > 1))
     items.sort(key=lambda it: (order[it.spec.name], it.subject))
     return items
 
@@ -286,7 +297,10 @@ def _interval_text(low: object, high: object, unit: str = "") -> str:
 
 
 def claim_cells(row: dict) -> dict:
-    """Display strings of one claims-table row: the paper's value(s), this run's value(s) with intervals."""
+    """Display strings of one claims-table row: the paper's value(s), this run's value(s) with intervals (none over
+    fewer than MIN_INTERVAL_REQUESTS requests: not a 95 % interval)."""
+    if not _missing(row.get("n")) and int(row["n"]) < MIN_INTERVAL_REQUESTS:
+        row = {**row, "ci_low": None, "ci_high": None, "ci_low_b": None, "ci_high_b": None}
     u = "" if _missing(row.get("unit")) else str(row.get("unit") or "")
     unit = "" if u in ("", "x") else f" {u}"
     if row.get("kind") == "ordering":
@@ -393,7 +407,7 @@ def render(
 ) -> str:
     env = make_env(template_dir)
     claims = claims.copy()
-    for col, default in (("kind", "value"), ("claim", ""), ("headline", False)):
+    for col, default in (("kind", "value"), ("claim", ""), ("headline", False), ("decided_on", "")):
         if col not in claims:
             claims[col] = default
     status_counts = claims.groupby("status").size().to_dict() if len(claims) else {}
@@ -413,6 +427,8 @@ def render(
         status_counts=status_counts,
         statuses={"reproduced": REPRODUCED, "consistent": CONSISTENT, "not_reproduced": NOT_REPRODUCED,
                   "not_measured": NOT_MEASURED},
+        rules=rule_counts(claims),
+        decided=RULES,
         summaries=summaries,
         sections=sections,
         items=items,
@@ -494,11 +510,17 @@ def page_counts(tex: str | Path) -> tuple[int | None, int]:
 
 def layout_problems(tex: str | Path) -> list[str]:
     """What a reader would see as wrong in a compiled report: lines or tables wider than the text
-    (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, a body longer than MAX_BODY_PAGES."""
+    (``Overfull \\hbox`` > 1 pt in the LaTeX log), blank or near-blank pages, text of a table or caption set below
+    MIN_TEXT_PT (one line per page: the smallest size and its text), a body longer than MAX_BODY_PAGES."""
     tex = Path(tex)
     out = [f"Overfull \\hbox {pt:.1f}pt {where}" for pt, where in overfull_boxes(tex.with_suffix(".log").read_text(errors="replace"))]
     out += [f"page {p.page} is {100 * p.fill:.0f} % filled (< {100 * MIN_PAGE_FILL:.0f} %) and has no figure"
             for p in sparse_pages(tex.with_suffix(".pdf"))]
+    small: dict[int, tuple[float, str]] = {}
+    for page, pt, text in small_text(tex.with_suffix(".pdf")):
+        if page not in small or pt < small[page][0]:
+            small[page] = (pt, text)
+    out += [f"page {page}: text set at {pt:.1f} pt (< {MIN_TEXT_PT} pt): {text[:40]!r}" for page, (pt, text) in small.items()]
     body, _ = page_counts(tex)
     if body is not None and body > MAX_BODY_PAGES:
         out.append(f"the body is {body} pages (at most {MAX_BODY_PAGES})")

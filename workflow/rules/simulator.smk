@@ -402,16 +402,19 @@ rule tab_today:
         variants=adaptive_variant_inputs,
         today=today_inputs,
         kgrid=today_kgrid_inputs,
+        honest=honest_variant_inputs,
         schedule="results/simulator/{traceset}/today/schedule.json",
         engine=today_engine_points,
     output:
         tex="figures/tab_today-{traceset}.tex",
         csv="figures/tab_today-{traceset}.csv",
+        mixed="results/simulator/{traceset}/today/mixed.csv",
     log:
         "logs/figures/tab_today-{traceset}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_today --run-config {input.config} --subject {wildcards.traceset}"
-        " --summaries {input.summaries} {input.variants} {input.today} {input.kgrid} --schedule {input.schedule}"
-        " --engine-points {input.engine:q} --csv {output.csv} -o {output.tex} 2> {log}"
+        " --summaries {input.summaries} {input.variants} {input.honest} {input.today} {input.kgrid}"
+        " --schedule {input.schedule} --engine-points {input.engine:q} --csv {output.csv} --mixed-csv {output.mixed}"
+        " -o {output.tex} 2> {log}"

@@ -60,6 +60,26 @@ def win_shares(pairs: pd.DataFrame, proposers: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["dataset", "proposer", "wins", "paired_positions"])
 
 
+#: the authors' generation cap: the released traces' longest outputs end at exactly this many tokens
+OUTPUT_CAP = 8192
+
+
+def capped_outputs(positions: pd.DataFrame, proposers: Sequence[str], cap: int = OUTPUT_CAP) -> pd.DataFrame:
+    """Per dataset x proposer: the requests whose trace runs to the generation cap (``cap`` positions: cut off, not
+    finished), the share of the trace positions they hold and the mean acceptance length without them
+    (columns ``capped_requests, capped_share, mean_uncapped``)."""
+    sub = positions[positions["proposer"].isin(list(proposers))]
+    rows = []
+    for (ds, prop), g in sub.groupby(["dataset", "proposer"], sort=True, observed=True):
+        per = g.groupby("request_id", observed=True)["acc_len"].agg(["size", "sum"])
+        capped = per["size"] >= cap
+        rest = per[~capped]
+        rows.append({"dataset": str(ds), "proposer": str(prop), "capped_requests": int(capped.sum()),
+                     "capped_share": float(per.loc[capped, "size"].sum() / per["size"].sum()),
+                     "mean_uncapped": float(rest["sum"].sum() / rest["size"].sum()) if len(rest) else float("nan")})
+    return pd.DataFrame(rows, columns=["dataset", "proposer", "capped_requests", "capped_share", "mean_uncapped"])
+
+
 def acceptance_stats(positions: pd.DataFrame, proposers: Sequence[str]) -> pd.DataFrame:
     """The acceptance-statistics table: one row per dataset x proposer, sorted.
 

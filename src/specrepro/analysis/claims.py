@@ -74,6 +74,14 @@ CONSISTENT = "consistent but not resolved"
 NOT_REPRODUCED = "not reproduced"
 NOT_MEASURED = "not measured in this run"
 STATUSES = (REPRODUCED, CONSISTENT, NOT_REPRODUCED, NOT_MEASURED)
+#: how a decided claim was decided (``decided_on``): on the point of a value computed on the paper's own requests,
+#: on a 95 % interval, or on the point of a value that has no interval
+SAME_POINT, INTERVAL, POINT = "point (same requests as the paper)", "interval", "point (no interval)"
+#: the report's two decision rules (and the claims without an interval): rule -> the ``decided_on`` it applies.
+#: *simulator fidelity*: the simulator on the authors' traces and the paper's own draw of requests gives the
+#: paper's plotted value (the point inside the band); *statistically reproduced*: another sample's whole 95 %
+#: interval satisfies the claim
+RULES = {"fidelity": SAME_POINT, "statistical": INTERVAL, "point": POINT}
 EPS = 1e-12  # rounding slack at band edges
 #: a rerun of the paper's own size passes a band of :func:`band_from_spread` with at least this probability
 BAND_POWER = 0.9
@@ -351,14 +359,26 @@ def evaluate(claims: list[Claim], metrics: Mapping[str, float], run_kind: str) -
                 other = (b.estimate, None, None) if same else (b.estimate, b.low, b.high)
                 has_ci = has_ci or b_ci
             if same:
-                row["decided_on"] = "point (same requests as the paper)"
+                row["decided_on"] = SAME_POINT
                 row["status"] = status_from_interval(c, a.estimate, other=other)
             else:
-                row["decided_on"] = "interval" if has_ci else "point (no interval)"
+                row["decided_on"] = INTERVAL if has_ci else POINT
                 row["status"] = status_from_interval(c, a.estimate, a.low, a.high, other=other)
             row["decisive_half_width"] = decisive_half_width(c, a.estimate, None if b is None else b.estimate)
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def rule_counts(table: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Per decision rule of :data:`RULES`, the decided claims it decided by status (every status present, 0 where
+    none) and ``total``; claims not measured have no rule."""
+    how = table["decided_on"].fillna("") if "decided_on" in table else pd.Series([""] * len(table), dtype=str)
+    out = {}
+    for rule, decided_on in RULES.items():
+        part = table[(how == decided_on).to_numpy()]
+        counts = status_counts(part)
+        out[rule] = {**counts, "total": int(len(part))}
+    return out
 
 
 def status_counts(table: pd.DataFrame) -> dict[str, int]:

@@ -2,6 +2,8 @@
 
 - :func:`overfull_boxes`: LaTeX's ``Overfull \\hbox`` warnings (a line or table wider than the text block).
 - :func:`page_fill` / :func:`sparse_pages`: how much of each PDF page's text block holds text or a figure.
+- :func:`small_text`: text of the report's own pages (tables, captions; not the figures drawn inside them) set
+  below :data:`MIN_TEXT_PT`, e.g. a wide table scaled down to the text width.
 - :func:`text_overlaps`: pairs of texts (titles, labels, tick labels, legends) of one matplotlib figure that
   are drawn over each other.
 - :data:`MIN_REQUESTS`: a per-request figure (:data:`PER_REQUEST`) of fewer requests per dataset is left out of the
@@ -14,6 +16,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .uncertainty import MIN_INTERVAL_REQUESTS
+
 #: LaTeX warns of every box wider than its line by any amount; a reader sees more than a point or so
 OVERFULL_LIMIT_PT = 1.0
 #: a page whose text block holds less than this share of content (and no figure) is a page a reader skips
@@ -21,10 +25,17 @@ MIN_PAGE_FILL = 0.1
 #: a page is a figure page when it shows a figure at least this share of its text block high
 FIGURE_PAGE_SHARE = 0.2
 
+#: smallest text a reader reads in a table: LaTeX's \\scriptsize of a 10 pt document (6.97 pt); \\tiny (5 pt) or a
+#: table scaled down to fit falls below it
+MIN_TEXT_PT = 6.8
+#: texts of at most this many characters are left out of the check: super- and subscripts (R², x_k) are smaller
+SHORT_TEXT = 2
+
 #: the per-request figures: one row or box per request of a dataset
 PER_REQUEST = ("fig05_acceptance_heatmap", "fig11_acceptance_diff", "fig07_request_span")
-#: fewest requests per dataset a per-request figure in the report shows (with fewer it shows nothing)
-MIN_REQUESTS = 8
+#: fewest requests per dataset a per-request figure in the report shows (with fewer it shows nothing); also the
+#: fewest an interval printed as a 95 % interval rests on (specrepro.core.uncertainty.MIN_INTERVAL_REQUESTS)
+MIN_REQUESTS = MIN_INTERVAL_REQUESTS
 
 _OVERFULL = re.compile(r"^Overfull \\hbox \(([0-9.]+)pt too wide\)(.*)$")
 
@@ -113,6 +124,37 @@ def page_fill(pdf: str | Path, margin_pt: float = 56.9) -> list[PageFill]:
 
         page.extract_text(visitor_text=on_text, visitor_operand_before=on_op)
         out.append(PageFill(i, chars, _covered(spans, low, high) / (high - low), max(figures, default=0.0)))
+    return out
+
+
+def small_text(pdf: str | Path, min_pt: float = MIN_TEXT_PT) -> list[tuple[int, float, str]]:
+    """``(page, size in pt, text)`` of every piece of text on the PDF's pages set smaller than ``min_pt``: its font
+    size times the text and transformation matrices' vertical scale (a table shrunk by ``\\resizebox`` counts at
+    its printed size). Text inside a form XObject (an included figure) is left out: figures have their own checks;
+    so are texts of at most SHORT_TEXT characters (super- and subscripts)."""
+    import logging
+
+    from pypdf import PdfReader
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    out: list[tuple[int, float, str]] = []
+    for i, page in enumerate(PdfReader(str(pdf)).pages, 1):
+        depth = [0]
+
+        def before(op, args, cm, tm):
+            if op == b"Do":
+                depth[0] += 1
+
+        def after(op, args, cm, tm):
+            if op == b"Do":
+                depth[0] -= 1
+
+        def on_text(text, cm, tm, font, size, page_no=i):
+            pt = (size or 0) * abs(cm[3] * tm[3])
+            if len(text.strip()) > SHORT_TEXT and not depth[0] and 0 < pt < min_pt:
+                out.append((page_no, round(pt, 2), text.strip()))
+
+        page.extract_text(visitor_text=on_text, visitor_operand_before=before, visitor_operand_after=after)
     return out
 
 

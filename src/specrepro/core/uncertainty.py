@@ -28,6 +28,18 @@ import numpy as np
 SEED = 42
 N_BOOT = 2000
 LEVEL = 0.95
+#: fewest requests whose bootstrap interval a table or figure prints as a 95 % interval: with 2 requests the
+#: percentile bootstrap has 3 distinct resamples (0.90 [0.90, 0.90] says nothing); the report's minimum of
+#: requests per dataset (specrepro.core.layout.MIN_REQUESTS) is the same 8
+MIN_INTERVAL_REQUESTS = 8
+
+
+def printable_interval(low: float, high: float, n: float | None) -> tuple[float, float]:
+    """``(low, high)``, or NaN for both where the interval rests on fewer than :data:`MIN_INTERVAL_REQUESTS` requests
+    (``n`` unknown: as given)."""
+    if n is not None and not (isinstance(n, float) and math.isnan(n)) and int(n) < MIN_INTERVAL_REQUESTS:
+        return math.nan, math.nan
+    return low, high
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,27 @@ def spec(name: str) -> FigureSpec:
     raise KeyError(name)
 
 
+def _csv_hook(hook: str, name: str, path: str | Path) -> str:
+    """The sentence a figure module's ``hook`` (``report_note`` or ``finding``, a function of its CSV path) gives
+    for the output ``path`` (its CSV beside it); empty where the module has none or the CSV is missing."""
+    mod = next((module(m) for m in MODULES if module(m).SPEC.name == name), None)
+    fn = getattr(mod, hook, None)
+    csv = Path(path).with_suffix(".csv")
+    return fn(csv) if fn is not None and csv.exists() else ""
+
+
+def report_note(name: str, path: str | Path) -> str:
+    """A sentence the report prints under this figure or table: a statement its numbers make that the caption, the
+    same for every run, cannot (``report_note(csv)`` of the figure's module)."""
+    return _csv_hook("report_note", name, path)
+
+
+def finding(name: str, path: str | Path) -> str:
+    """The finding, in one sentence, a beyond-the-paper section opens with (``finding(csv)`` of the module of its
+    first figure or table that has one)."""
+    return _csv_hook("finding", name, path)
+
+
 def module(mod: str):
     return importlib.import_module(f"{__name__}.{mod}")
 

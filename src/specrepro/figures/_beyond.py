@@ -17,6 +17,7 @@ ROWS = (
     ("adaptive", "Adaptive policy (online, past only)"),
     ("fixed_best", "Best fixed k, either proposer (paper)"),
     ("cont_combine", "Continuous batching: Oracle Combine"),
+    ("pooled_combine", "  B copies, averaged the same way (total tokens / total time)"),
     ("cont_adaptive", "Continuous batching: adaptive policy"),
     ("cont_eagle3", "Continuous batching: EAGLE k=3"),
     ("cont_ngram3", "Continuous batching: n-gram k=3"),
@@ -27,6 +28,16 @@ def _s(df, ds, prop, pol, **modes):
     """speedup, ci_low, ci_high by batch size (None if not simulated)."""
     s = series(df, ds, prop, pol, **modes)
     return None if s.empty else s.set_index("batch_size").reindex(columns=["speedup", "ci_low", "ci_high"])
+
+
+def _pooled(df, ds, prop, pol, **modes):
+    """The paper's B copies of one request averaged as continuous batching is (total tokens over total time, column
+    ``pooled_speedup``), by batch size; no interval (None where the summaries predate the column)."""
+    s = series(df, ds, prop, pol, **modes)
+    if s.empty or "pooled_speedup" not in s or s["pooled_speedup"].isna().all():
+        return None
+    return s.set_index("batch_size")[["pooled_speedup"]].rename(columns={"pooled_speedup": "speedup"}).assign(
+        ci_low=float("nan"), ci_high=float("nan"))
 
 
 def _max(*xs):
@@ -55,6 +66,7 @@ def comparison(df: pd.DataFrame, datasets) -> pd.DataFrame:
             "adaptive": _s(df, ds, "combined", "adaptive"),
             "fixed_best": _max(*[_s(df, ds, p, f"fixed-{k}") for p in ("ngram", "eagle") for k in (1, 3, 5)]),
             "cont_combine": _s(df, ds, "combined", "oracle", batching="continuous"),
+            "pooled_combine": _pooled(df, ds, "combined", "oracle"),
             "cont_adaptive": _s(df, ds, "combined", "adaptive", batching="continuous"),
             "cont_eagle3": _s(df, ds, "eagle", "fixed-3", batching="continuous"),
             "cont_ngram3": _s(df, ds, "ngram", "fixed-3", batching="continuous"),

@@ -39,7 +39,7 @@ def _ci(row, col: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
     lo, hi = getattr(row, f"{col}_ci_low", float("nan")), getattr(row, f"{col}_ci_high", float("nan"))
     if pd.isna(lo) or pd.isna(hi):
         return ""
-    return " {\\tiny [" + fmt.format(scale * lo) + ", " + fmt.format(scale * hi) + "]}"
+    return " {\\scriptsize [" + fmt.format(scale * lo) + ", " + fmt.format(scale * hi) + "]}"
 
 
 def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:
@@ -76,6 +76,28 @@ def build(args, ctx: TraceContext) -> None:
     positions = load_concat(args.positions)
     positions = positions[positions["dataset"].isin(list(ctx.datasets))]
     stats = acceptance.acceptance_stats(positions, list(ctx.proposers))
-    write_csv(args.csv, stats)
     write_json(args.metrics, acceptance.metrics(positions, stats, ctx.subject))
-    write_text(args.output, to_latex(stats, ctx))
+    capped = acceptance.capped_outputs(positions, list(ctx.proposers))
+    stats = stats.merge(capped, on=["dataset", "proposer"], how="left")
+    write_csv(args.csv, stats)
+    write_text(args.output, to_latex(stats, ctx) + capped_note(stats, ctx))
+
+
+def capped_note(stats: pd.DataFrame, ctx: TraceContext) -> str:
+    """One sentence on the outputs cut off at the generation cap, where any are (their positions weigh in every
+    statistic above)."""
+    c = stats[stats.get("capped_requests", pd.Series(0, index=stats.index)).fillna(0) > 0]
+    if c.empty:
+        return ""
+    n = c.groupby("dataset")["capped_requests"].max()
+    parts = []
+    for ds in [d for d in ctx.datasets if d in n.index]:
+        g = c[c["dataset"] == ds].set_index("proposer")
+        share = float(g["capped_share"].max())
+        means = "; ".join(f"{tex_escape(ctx.proposer_label(p))} mean {r['mean']:.2f} $\\to$ {r['mean_uncapped']:.2f}"
+                          for p, r in g.iterrows())
+        parts.append(f"{tex_escape(ctx.dataset_label(ds))}: {int(n[ds])} outputs, {100 * share:.0f}\\% of its positions "
+                     f"({means} without them)")
+    return ("\\par\\smallskip\\noindent{\\footnotesize " + f"{int(n.sum())} outputs stop at the generation cap of "
+            f"{acceptance.OUTPUT_CAP:,} tokens (cut off, not finished) and weigh in every statistic above by their "
+            "length: " + "; ".join(parts) + " (columns capped\\_requests, capped\\_share, mean\\_uncapped of the CSV).}\n")

@@ -107,8 +107,18 @@ def to_latex(s: pd.DataFrame, agree: pd.DataFrame, images: dict | None = None) -
               r"\bottomrule", r"\end{tabular}}", ""]
     bad = agree[agree["agrees"] == False]  # noqa: E712
     lines.append(r"\par\medskip")
+    other_bad = agree[agree["other_agrees"] == False] if "other_agrees" in agree else agree.iloc[:0]  # noqa: E712
     if bad.empty:
-        lines.append(r"\noindent No judged reading disagrees with the registry.")
+        lines.append(r"\noindent No judged reading disagrees with the registry's claim of its own figure"
+                     + ("." if other_bad.empty else ";"))
+    if len(other_bad):
+        parts = [f"{tex_escape(r.figure)}({tex_escape(r.panel)}) {tex_escape(r.series)} at {tex_escape(str(r.x))} reads "
+                 f"{float(r.read):.3f} against \\texttt{{{tex_escape(r.other_figure_claim)}}}, "
+                 f"{float(r.other_figure_value):.2f} $\\pm$ its tolerance (set for the other figure's resolution)"
+                 for r in other_bad.itertuples(index=False)]
+        lines.append(("" if bad.empty else r"\noindent ") + f"{len(other_bad)} reading"
+                     + (" disagrees" if len(other_bad) == 1 else "s disagree")
+                     + " with another figure's claim of the same quantity: " + "; ".join(parts) + ".")
     near = nearest_tolerance(agree)
     if len(near):
         title = "Disagreements and the" if not bad.empty else "The"
@@ -146,3 +156,21 @@ def build(args, ctx: TraceContext) -> None:
     write_csv(args.csv, agree, float_format="%.6g")
     images = load_image_origins(args.images) if args.images else None
     write_text(args.output, to_latex(summary(agree, claims), agree, images))
+
+
+def finding(csv) -> str:
+    """The digitiser's agreement with the registry in one sentence (its readings table, the CSV)."""
+    a = pd.read_csv(csv, keep_default_na=False, na_values=[""])
+    judged = a[a["agrees"].astype(str).isin(["True", "False"])]
+    if judged.empty:
+        return ""
+    ok = int((judged["agrees"].astype(str) == "True").sum())
+    other = a[a["other_agrees"].astype(str).isin(["True", "False"])]
+    bad_other = int((other["other_agrees"].astype(str) == "False").sum())
+    d = judged["difference"].astype(float).abs()
+    text = (f"Read from the paper's images alone, {ok} of {len(judged)} judged readings agree with the registry's "
+            f"claim of their own figure (median |difference| {d.median():.2g})")
+    if len(other):
+        text += (f", and {len(other) - bad_other} of {len(other)} with another figure's claim of the same quantity"
+                 + (f" ({bad_other} {'does' if bad_other == 1 else 'do'} not, named below the table)" if bad_other else ""))
+    return text + "."

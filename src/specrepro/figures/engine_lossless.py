@@ -52,7 +52,7 @@ def _ci(r, col: str) -> str:
     lo, hi = getattr(r, f"{col}_ci_low", math.nan), getattr(r, f"{col}_ci_high", math.nan)
     if any(v is None or pd.isna(v) for v in (lo, hi)) or lo == hi:
         return ""
-    return f" {{\\tiny [{lo:.2f}, {hi:.2f}]}}"
+    return f" {{\\scriptsize [{lo:.2f}, {hi:.2f}]}}"
 
 
 def _short(text: str) -> str:

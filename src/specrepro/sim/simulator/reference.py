@@ -46,7 +46,10 @@ def simulate_reference(workload: Workload, spec: SimSpec, batch_sizes: Sequence[
             sd_tpt.append(tokens / (sum(sd) / B))
             base_tpt.append(tokens / (sum(base) / B))
         base_mean, sd_mean = sum(base_tpt) / len(base_tpt), sum(sd_tpt) / len(sd_tpt)
-        rows.append(_summary_row(workload, spec, B, idx.size, base_mean, sd_mean, (sd_tpt, base_tpt)))
+        # total tokens over total time: the time of each request is its tokens over its throughput
+        tok = [B * L[j] for j in range(idx.size)]
+        pooled = (sum(tok) / sum(t / x for t, x in zip(tok, sd_tpt))) / (sum(tok) / sum(t / x for t, x in zip(tok, base_tpt)))
+        rows.append(_summary_row(workload, spec, B, idx.size, base_mean, sd_mean, (sd_tpt, base_tpt), pooled=pooled))
     return SimResult(pd.DataFrame(rows, columns=SUMMARY_COLUMNS), pd.DataFrame())
 
 

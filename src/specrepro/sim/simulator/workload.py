@@ -21,7 +21,7 @@ from ..names import (
 #: columns of the summary table, in order
 SUMMARY_COLUMNS = [
     "dataset", "proposer", "policy", "batch_size", "speedup", "batching", "pairing", "combine_cost",
-    "requests", "baseline_throughput", "sd_throughput", "ci_low", "ci_high",
+    "requests", "baseline_throughput", "sd_throughput", "ci_low", "ci_high", "pooled_speedup",
 ]
 
 def ngram_match_prob(dataset: str, given: float | None = None) -> float:
