@@ -13,9 +13,13 @@ installs with ``--require-hashes``. A pin that cannot be hashed from here says w
 the image installs those in a second, separate step. Directives in the ``.in`` file (comment lines):
 
     # uploaded-prior-to: 2025-08-21T00:00:00Z
-    # override: torch==2.7.1+cu128 [from INDEX-URL]
+    # override: torch==2.7.1+cu128 [from INDEX-URL] [-- REASON]
         replaces the resolver's pin; its hash comes from PyPI (or INDEX-URL); when INDEX-URL cannot be
-        reached from the locking machine the pin stays unhashed, and says so
+        reached from the locking machine the pin stays unhashed, and says so. REASON goes into the pin's note
+        (why the pin may differ from what a pinned package requires)
+    # pip-check: vllm 0.34.0 has requirement flashinfer-python==0.7.3, but you have flashinfer-python 0.7.4.
+        a line `pip check` prints for the installed lock (an override that breaks a requirement), copied into
+        the lock's header; the image's build fails when `pip check` prints anything else
     # absent-here: NAME==VERSION [like NAME==OTHER]
         the index lacks NAME==VERSION although a pinned package requires exactly it; a metadata-only
         stand-in with OTHER's dependencies lets the resolution finish, and the pin stays unhashed.
@@ -54,17 +58,22 @@ def canonical(name: str) -> str:
 
 def parse_in(text: str) -> tuple[list[str], dict]:
     """(top-level requirements, directives) of an ``.in`` file's text."""
-    reqs, opts = [], {"override": [], "absent": []}
+    reqs, opts = [], {"override": [], "absent": [], "pip_check": [], "reasons": {}}
     for line in text.splitlines():
         line = line.strip()
-        m = re.match(r"#\s*(uploaded-prior-to|override|absent-here):\s*(.+)", line)
+        m = re.match(r"#\s*(uploaded-prior-to|override|absent-here|pip-check):\s*(.+)", line)
         if m:
             key, value = m.groups()
+            value, _, reason = value.partition(" -- ")
             parts = value.split()
             if key == "uploaded-prior-to":
                 opts["cutoff"] = value.strip()
+            elif key == "pip-check":
+                opts["pip_check"].append(m.group(2).strip())
             elif key == "override":
                 opts["override"].append((parts[0], parts[2] if len(parts) == 3 and parts[1] == "from" else None))
+                if reason.strip():
+                    opts["reasons"][parts[0]] = reason.strip()
             else:
                 opts["absent"].append((parts[0], parts[2] if len(parts) == 3 and parts[1] == "like" else None))
         elif line and not line.startswith("#"):
@@ -84,13 +93,22 @@ def parse_lock(text: str) -> dict[str, dict]:
     return pins
 
 
-def render(in_name: str, python: str, cutoff: str | None, pins: dict[str, dict]) -> str:
+def pip_check_lines(text: str) -> list[str]:
+    """The ``# pip-check:`` lines of a lock's header: what ``pip check`` prints for the installed lock."""
+    return [m.group(1).strip() for m in re.finditer(r"^#\s*pip-check:\s*(.+)$", text, re.M)]
+
+
+def render(in_name: str, python: str, cutoff: str | None, pins: dict[str, dict],
+           pip_check: list[str] | None = None) -> str:
     """The lock's text: a header, then one line per pin in canonical-name order."""
     lines = [
         f"# Full lock of {in_name}, written by containers/lock.py with Python {python}; do not edit by hand.",
         f"# uploaded-prior-to: {cutoff or 'none'}",
         "# Every pin carries the SHA-256 of its file on PyPI (installed with --require-hashes) or says why not.",
     ]
+    if pip_check:
+        lines.append("# What `pip check` prints for this lock (the image's build fails on any other line):")
+        lines += [f"# pip-check: {x}" for x in pip_check]
     for name in sorted(pins, key=canonical):
         p = pins[name]
         line = f"{name}=={p['version']}" + "".join(f" --hash=sha256:{h}" for h in p["hashes"])
@@ -211,7 +229,9 @@ def resolve(reqs: list[str], opts: dict) -> dict[str, dict]:
         name, version = spec.split("==")
         key = next((k for k in pins if canonical(k) == canonical(name)), name)
         chose = pins.pop(key, {}).get("version", "nothing")
-        pins[name] = {"version": version, "hashes": [], "note": f"override (resolver chose {chose})"}
+        why = opts.get("reasons", {}).get(spec)
+        pins[name] = {"version": version, "hashes": [],
+                      "note": f"override (resolver chose {chose})" + (f": {why}" if why else "")}
         by_index.setdefault(index or INDEX, []).append(spec)
     for index, specs in by_index.items():
         if index != INDEX and not reachable(index):
@@ -233,7 +253,7 @@ def main() -> None:
     pins = resolve(reqs, opts)
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     out = a.infile.with_suffix(".lock")
-    text = render(a.infile.name, python, opts.get("cutoff"), pins)
+    text = render(a.infile.name, python, opts.get("cutoff"), pins, opts.get("pip_check"))
     tmp = out.with_suffix(".lock.tmp")
     tmp.write_text(text)
     tmp.replace(out)

@@ -344,7 +344,10 @@ def expected_unhashed(stem):
     lp = lockpy()
     _, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
     out = {lp.canonical(spec.split("==")[0]): "absent" for spec, _ in opts["absent"]}
-    out.update({lp.canonical(spec.split("==")[0]): index for spec, index in opts["override"] if index})
+    for spec, index in opts["override"]:  # an override replaces a stand-in's pin: hashed from PyPI, or from index
+        out.pop(lp.canonical(spec.split("==")[0]), None)
+        if index:
+            out[lp.canonical(spec.split("==")[0])] = index
     return out
 
 
@@ -412,7 +415,8 @@ def test_lock_is_lock_py_output_of_its_in(stem):
     reqs, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
     pins = lp.parse_lock(text)
     python = labels(((REPO / "containers" / f"{stem}.def")).read_text())["python.version"]
-    assert lp.render(f"{stem}.in", python, opts.get("cutoff"), pins) == text
+    assert lp.render(f"{stem}.in", python, opts.get("cutoff"), pins, opts["pip_check"]) == text
+    assert lp.pip_check_lines(text) == opts["pip_check"]
     by = {lp.canonical(n): p for n, p in pins.items()}
     for req in reqs:
         m = re.match(r"^([A-Za-z0-9._-]+)(==(\S+))?$", req)
@@ -421,9 +425,13 @@ def test_lock_is_lock_py_output_of_its_in(stem):
     for spec, _ in opts["override"]:
         name, version = spec.split("==")
         assert by[lp.canonical(name)]["version"] == version and by[lp.canonical(name)]["note"].startswith("override")
+    overridden = {lp.canonical(spec.split("==")[0]) for spec, _ in opts["override"]}
     for spec, _ in opts["absent"]:
         name, version = spec.split("==")
-        assert by[lp.canonical(name)]["version"] == version and not by[lp.canonical(name)]["hashes"]
+        if lp.canonical(name) not in overridden:
+            assert by[lp.canonical(name)]["version"] == version and not by[lp.canonical(name)]["hashes"]
+    for spec, reason in opts["reasons"].items():  # an override's reason is in its pin's note
+        assert by[lp.canonical(spec.split("==")[0])]["note"].endswith(f": {reason}"), spec
     assert labels((REPO / "containers" / f"{stem}.def").read_text())["pip.uploaded_prior_to"] == opts["cutoff"]
 
 
@@ -436,12 +444,101 @@ def test_lock_py_parses_override_and_absent_directives():
     assert reqs == ["vllm==0.10.1.1", "pandas"] and opts["cutoff"] == "2025-01-01T00:00:00Z"
     assert opts["override"] == [("torch==2.7.1+cu128", "https://download.pytorch.org/whl/cu128"),
                                 ("nvidia-nccl-cu12==2.26.2", None)]
-    assert opts["absent"] == [("a-b==1.0", "a-b==1.1")]
+    assert opts["absent"] == [("a-b==1.0", "a-b==1.1")] and opts["pip_check"] == [] and opts["reasons"] == {}
+    _, opts = lp.parse_in("# override: a-b==1.2 -- the index lacks 1.0; its code needs >= 1.0\n"
+                          "# pip-check: x 1 has requirement a-b==1.0, but you have a-b 1.2.\n")
+    assert opts["override"] == [("a-b==1.2", None)] and opts["reasons"] == {"a-b==1.2": "the index lacks 1.0; its code needs >= 1.0"}
+    assert opts["pip_check"] == ["x 1 has requirement a-b==1.0, but you have a-b 1.2."]
+    text = lp.render("x.in", "3.12", None, {}, opts["pip_check"])
+    assert lp.pip_check_lines(text) == opts["pip_check"] and lp.parse_lock(text) == {}
     pins = {"B_x": {"version": "2", "hashes": ["a" * 64, "b" * 64], "note": None},
             "a": {"version": "1+cu1", "hashes": [], "note": "unhashed: why"}}
     text = lp.render("x.in", "3.12", None, pins)
     assert text.splitlines()[3:] == ["a==1+cu1  # unhashed: why", f"B_x==2 --hash=sha256:{'a' * 64} --hash=sha256:{'b' * 64}"]
     assert lp.parse_lock(text) == {"a": pins["a"], "B_x": pins["B_x"]}
+
+
+#: the image platform's environment markers (Ubuntu 24.04, x86_64, CPython 3.12)
+IMAGE_MARKERS = {"python_version": "3.12", "python_full_version": "3.12.3", "platform_system": "Linux",
+                 "sys_platform": "linux", "platform_machine": "x86_64", "os_name": "posix",
+                 "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+
+
+def engine_requirements(stem):
+    """(engine, version, requirements) the engine a lock pins declares in its own source: vLLM's
+    requirements/cuda.txt (with its ``-r`` files), SGLang's pyproject.toml dependencies; markers evaluated for the
+    image's platform."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    from specrepro.engine.check.sources import source_tree
+
+    pins = stem_pins(stem)
+    engine = "sglang" if stem == "sglang" else "vllm"
+    root = source_tree(engine, pins[engine])
+    if engine == "sglang":
+        lines = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    else:
+        lines, todo = [], [root / "requirements" / "cuda.txt"]
+        while todo:
+            f = todo.pop(0)
+            for ln in f.read_text().splitlines():
+                ln = ln.split(" #", 1)[0].strip()
+                if ln.startswith("-r "):
+                    todo.append(f.parent / ln[3:].strip())
+                elif ln and not ln.startswith(("#", "-", "--")):
+                    lines.append(ln)
+    reqs = [Requirement(x) for x in lines]
+    return engine, pins[engine], [r for r in reqs if r.marker is None or r.marker.evaluate(IMAGE_MARKERS)]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_exact_requirement_of_the_engine_is_in_the_lock_or_an_override(stem):
+    """Item 1: every ``==`` requirement of the pinned engine's own requirement files is satisfied by the lock, or
+    its pin is an override of the .in with its reason and the lock's ``# pip-check:`` lines are exactly what
+    ``pip check`` prints for those overrides (pip's own message format); no lock line says a file is absent."""
+    from packaging.utils import canonicalize_name
+
+    lp = lockpy()
+    text = (REPO / "containers" / f"{stem}.lock").read_text()
+    pins = {canonicalize_name(n): p for n, p in lp.parse_lock(text).items()}
+    _, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
+    reasons = {canonicalize_name(spec.split("==")[0]): r for spec, r in opts["reasons"].items()}
+    engine, version, reqs = engine_requirements(stem)
+    exact = [r for r in reqs if any(s.operator == "==" for s in r.specifier)]
+    assert len(exact) >= 5, (stem, exact)
+    conflicts = []
+    for r in exact:
+        name = canonicalize_name(r.name)
+        assert name in pins, f"{stem}: {engine} {version} requires {r}, which the lock does not install"
+        got = pins[name]["version"]
+        if not r.specifier.contains(got, prereleases=True):
+            assert name in reasons and (pins[name]["note"] or "").startswith("override"), \
+                f"{stem}: {engine} {version} requires {r}, the lock has {got} and no override with a reason"
+            conflicts.append(f"{engine} {version} has requirement {r}, but you have {name} {got}.")
+    assert sorted(lp.pip_check_lines(text)) == sorted(conflicts), (stem, conflicts)
+    assert not [ln for ln in text.splitlines() if not ln.startswith("#") and "absent" in ln], stem
+
+
+def test_the_latest_image_overrides_flashinfer_to_a_served_version_its_code_accepts():
+    """vLLM 0.34.0 pins flashinfer-python==0.7.3, which the index does not serve; the lock installs 0.7.4 by hash,
+    and 0.34.0's code asks only for a floor at run time (flashinfer_ts.py: >= 0.7.1), which 0.7.4 meets."""
+    from packaging.version import Version
+
+    from specrepro.engine.check.sources import source_tree
+
+    lp = lockpy()
+    pins = {lp.canonical(n): p for n, p in lp.parse_lock((REPO / "containers" / "vllm-latest.lock").read_text()).items()}
+    fi = pins["flashinfer-python"]
+    assert fi["version"] == "0.7.4" and len(fi["hashes"]) == 1 and fi["note"].startswith("override (resolver chose 0.7.3)")
+    root = source_tree("vllm", "0.34.0")
+    assert "flashinfer-python==0.7.3" in (root / "requirements" / "cuda.txt").read_text()
+    ts = (root / "vllm" / "v1" / "attention" / "backends" / "flashinfer_ts.py").read_text()
+    floor = re.search(r"< \((\d+), (\d+), (\d+)\)", ts)
+    assert floor and Version(fi["version"]) >= Version(".".join(floor.groups())) == Version("0.7.1")
+    # nothing in 0.34.0's code names 0.7.3 as a version it needs
+    assert not [p for p in (root / "vllm").rglob("*.py") if re.search(r"flashinfer[^\n]*0\.7\.3\b", p.read_text(errors="replace"))]
 
 
 def _pypi_reachable():
@@ -496,6 +593,40 @@ def test_every_hash_is_a_file_of_that_pin_on_pypi():
         elif cutoff and f.get("upload-time", "") >= cutoff:
             problems.append(f"{stem}: {name}=={version}: {f['filename']} uploaded after the cut-off {cutoff}")
     assert not problems, "\n".join(problems)
+
+
+def _other_index_pins():
+    """(stem, name, version, index) of every pin an .in overrides from an index other than PyPI."""
+    lp = lockpy()
+    out = []
+    for stem in STEMS:
+        _, opts = lp.parse_in((REPO / "containers" / f"{stem}.in").read_text())
+        out += [(stem, *spec.split("=="), index) for spec, index in opts["override"] if index]
+    return out
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("stem,name,version,index", _other_index_pins())
+def test_pins_from_another_index_are_served_there(stem, name, version, index):
+    """The pins that come from an index other than PyPI (the paper image's CUDA 12.8 PyTorch) are served there for
+    the image (CPython 3.12, glibc 2.39, x86_64); skipped where that index cannot be reached (then they stay
+    unhashed in the lock, which says so, and the image's build fetches them from it)."""
+    import html
+    import urllib.parse
+    import urllib.request
+
+    from packaging.tags import compatible_tags, cpython_tags
+    from packaging.utils import canonicalize_version, parse_wheel_filename
+
+    lp = lockpy()
+    if not lp.reachable(index):
+        pytest.skip(f"{index} not reachable from here")
+    page = urllib.request.urlopen(f"{index}/{lp.canonical(name)}/", timeout=60).read().decode()
+    files = {urllib.parse.unquote(html.unescape(f)) for f in re.findall(r'>([^<>]+\.whl)<', page)}
+    supported = set(cpython_tags((3, 12), platforms=lp.PLATFORMS)) | set(compatible_tags((3, 12), "cp312", platforms=lp.PLATFORMS))
+    ok = [f for f in files if canonicalize_version(parse_wheel_filename(f)[1]) == canonicalize_version(version)
+          and parse_wheel_filename(f)[3] & supported]
+    assert ok, f"{stem}: {name}=={version}: no wheel for the image on {index}"
 
 
 UPPER_BOUND_RULES = ("fit_cost_model", "simulate_engine_traces", "closed_loop", "tab_closed_loop", "fig_closed_loop",

@@ -18,6 +18,7 @@ from .jobspec.schedule import check_schedule
 from .core.io import read_json
 from .jobspec.args import experiment_configs, trace_methods as _traced_methods
 from .jobspec.draftjobs import refusal as _draft_refusal, trace_inputs as _draft_traces
+from .jobspec.jobs import cudagraph_problems
 from .jobspec.images import EXTENDS_DRAFT_POSITIONS, image_problems, image_vllm_version, job_image
 from .jobspec.trees import (
     CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, tree_study, vllm_tree_supported,
@@ -209,6 +210,8 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
         )
 
     problems += image_problems(config)  # each GPU job's image must run its method
+    if not problems:  # every job of a valid config: does its vLLM accept its CUDA-graph shapes?
+        problems += cudagraph_problems(config)
     problems += _model_source_problems(config)
     problems += _head_position_problems(config)
     problems += _simulator_problems(config)

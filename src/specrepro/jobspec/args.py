@@ -169,6 +169,8 @@ def engine_kwargs(spec: BenchSpec, model_dir: str, drafter_dir: str | None,
         kw["max_model_len"] = int(e["max_model_len"])
     if e.get("max_num_batched_tokens"):  # profiled passes: one value for every method (jobs.profile_batched_tokens)
         kw["max_num_batched_tokens"] = int(e["max_num_batched_tokens"])
+    if e.get("compilation_config"):  # trace jobs' trace_compilation_config (jobs.trace_spec)
+        kw["compilation_config"] = dict(e["compilation_config"])
     if "async_scheduling" in e:  # profiled passes and trace engines: one batch in flight (jobs.SYNC_SCHEDULING)
         kw["async_scheduling"] = bool(e["async_scheduling"])
     sc = speculative_config(spec, drafter_dir)

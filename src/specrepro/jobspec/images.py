@@ -73,6 +73,36 @@ ASYNC_SCHEDULING_DEFAULT: dict[str, bool] = {"0.10.1.1": False, "0.11.1": False,
 #: ``_maybe_override_draft_max_position_embeddings``; same check). Where it does not, an EAGLE head past its
 #: positions reads its rotary table out of bounds (0.10.1.1) or stops drafting for the batch (0.11.1).
 EXTENDS_DRAFT_POSITIONS: dict[str, bool] = {"0.10.1.1": False, "0.11.1": False, "0.34.0": True}
+#: whether vLLM, with speculative decoding and full decode CUDA graphs, needs a capture size that is a multiple of both
+#: k + 1 and the TP size and refuses to start without one (0.11.1: ``GPUModelRunner`` calls
+#: ``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode``, which raises "Can't determine cudagraph shapes ...";
+#: checked against each sdist by tests/test_cudagraph_shapes.py)
+SPEC_CUDAGRAPH_SHAPES: dict[str, bool] = {"0.10.1.1": False, "0.11.1": True, "0.34.0": False}
+#: the CUDA-graph mode of a job that sets none and is not eager (0.11.1's VllmConfig under VLLM_COMPILE)
+DEFAULT_CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
+#: modes with a separate full-graph decode routine (``decode_mode() == FULL and separate_routine()``)
+FULL_DECODE_MODES = ("FULL_AND_PIECEWISE", "FULL_DECODE_ONLY")
+
+
+def cudagraph_shape_problem(k: int | None, tensor_parallel_size: int, cudagraph_mode: str | None = None,
+                            enforce_eager: bool = False, default_mode: str = DEFAULT_CUDAGRAPH_MODE) -> str | None:
+    """Why a vLLM with :data:`SPEC_CUDAGRAPH_SHAPES` refuses to start a job with ``k`` drafts per step on
+    ``tensor_parallel_size`` GPUs (None when it starts): with full decode graphs it rounds every capture size to a
+    multiple of ``max(k + 1, TP)``, which must be a multiple of both (k = 20 on TP 4: 21 and 4 are not; k = 3 on
+    TP 2: 4 is)."""
+    if not k or enforce_eager or int(tensor_parallel_size) <= 1:
+        return None
+    mode = str(cudagraph_mode or default_mode).upper()
+    if mode not in FULL_DECODE_MODES:
+        return None
+    q, tp = int(k) + 1, int(tensor_parallel_size)
+    m = max(q, tp)
+    if m % q == 0 and m % tp == 0:
+        return None
+    return (f"k + 1 = {q} drafts per verify and tensor_parallel_size {tp} with full decode CUDA graphs "
+            f"(cudagraph_mode {mode}{'' if cudagraph_mode else ', the default'}): no capture size is a multiple of both, "
+            "vLLM refuses to start (\"Can't determine cudagraph shapes ...\"); pass compilation_config "
+            "{cudagraph_mode: PIECEWISE} (trace jobs: engine_settings.trace_compilation_config) or choose another k")
 
 
 def vllm_env(env: Mapping[str, Any], version: str | None) -> dict:

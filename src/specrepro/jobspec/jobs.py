@@ -36,7 +36,10 @@ from .args import (
     CHECK_TOKENS, TRACE_K, TRACEABLE, BenchSpec, engine_kwargs, experiment_configs, profiled_datasets, profiled_requests, sampling_kwargs, sweep_sampling_kwargs, trace_sampling_kwargs, warmup_sampling_kwargs,
 )
 from . import sglang
-from .images import image_engine, image_vllm_version, job_image, job_paper_engine, trace_image, vllm_env
+from .images import (
+    SPEC_CUDAGRAPH_SHAPES, cudagraph_shape_problem, image_engine, image_vllm_version, job_image, job_paper_engine,
+    trace_image, vllm_env,
+)
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 from ..core.provenance import package_versions
 
@@ -70,6 +73,7 @@ def _spec_drafter(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str) -
 def _version_engine(engine: Mapping[str, Any], image: str | None) -> dict:
     """``engine`` with its ``env`` reduced to what the image's vLLM reads (:func:`specrepro.jobspec.images.vllm_env`)."""
     version = image_engine(image)[1] if image and image_engine(image)[0] == "vllm" else None
+    engine = {k: v for k, v in engine.items() if k != "trace_compilation_config"}  # trace jobs only (trace_spec)
     if image and version is None:  # SGLang: its own environment (specrepro.engine.run.sglang.engine_env)
         return dict(engine)
     return {**engine, "env": vllm_env(engine.get("env") or {}, version)}
@@ -205,6 +209,8 @@ def trace_spec(cfg: Mapping[str, Any], exp_name: str, method: str) -> dict:
     image = trace_image(cfg, exp, method)
     base = engine_settings(cfg, exp)
     engine = _version_engine({**base, "env": {**(base.get("env") or {}), **(base.get("trace_env") or {})}}, image)
+    if base.get("trace_compilation_config"):  # e.g. PIECEWISE graphs where k = 20 has no full-graph shape (images.py)
+        engine["compilation_config"] = dict(base["trace_compilation_config"])
     return {
         "exp": exp_name,
         "model": exp["model"],
@@ -265,6 +271,31 @@ def engine_jobs(cfg: Mapping[str, Any]) -> list[EngineJob]:
         for m in trace_methods(cfg, x):
             out.append(EngineJob("engine_trace", x, m, m, TRACE_K, TRACE_OUTPUT.format(exp=x, method=m),
                                  f"logs/engine_trace/{x}/{m}.log"))
+    return out
+
+
+def cudagraph_problems(cfg: Mapping[str, Any]) -> list[str]:
+    """Config errors of GPU jobs whose vLLM would refuse their CUDA-graph shapes at start-up
+    (:func:`specrepro.jobspec.images.cudagraph_shape_problem` on the versions of ``SPEC_CUDAGRAPH_SHAPES``)."""
+    out: list[str] = []
+    if (cfg.get("run") or {}).get("kind") != "gpu":
+        return out
+    for job in engine_jobs(cfg):
+        if job.rule == "engine_sglang_bench":
+            continue
+        spec = (trace_spec(cfg, job.exp, job.method) if job.rule == "engine_trace"
+                else bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
+        image = spec.get("image")
+        if not image or not SPEC_CUDAGRAPH_SHAPES.get(image_engine(image)[1], False) or spec["method"] == "none":
+            continue
+        e = spec["engine"]
+        why = cudagraph_shape_problem(spec["k"], spec["tensor_parallel_size"],
+                                      (e.get("compilation_config") or {}).get("cudagraph_mode"), e.get("enforce_eager", False))
+        if why:
+            i = [x["name"] for x in cfg["experiments"]].index(job.exp)
+            key = "engine_settings.trace_compilation_config" if job.rule == "engine_trace" else "engine_settings"
+            out.append(f"config error: experiments[{i}].{key} ({job.exp}): job {job.output} on vLLM "
+                       f"{image_engine(image)[1]}: {why}")
     return out
 
 

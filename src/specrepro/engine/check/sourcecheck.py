@@ -13,6 +13,9 @@ imported or executed) and checks, for each job ``specrepro engine-args`` prints 
   raises ``ImportError`` without it, e.g. arctic-inference for suffix decoding in 0.11) is in the lock of
   the job's image (``containers/vllm-<image>.lock``);
 * each ``SamplingParams`` keyword is one of its fields;
+* a job with drafts on a vLLM whose full decode CUDA graphs need a capture size that is a multiple of both k + 1
+  and the TP size (0.11.1) has one, or runs without full decode graphs
+  (:func:`specrepro.jobspec.images.cudagraph_shape_problem`);
 * a suffix-decoding job turns the cross-request corpus off (:func:`suffix_corpus_problem`: the value the
   source gates the corpus on);
 * the counters :mod:`specrepro.jobspec.counters` reads exist (names and the per-position label ``position``)
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...core.errors import SpecReproError
-from ...jobspec.images import image_packages, requirement_name
+from ...jobspec.images import DEFAULT_CUDAGRAPH_MODE, cudagraph_shape_problem, image_packages, requirement_name
 from ...jobspec.counters import COUNTERS, PER_POS
 from .sourcecheck_sglang import record_problems
 from .sources import PINNED, source_tree
@@ -394,6 +397,35 @@ def _extends_draft_positions(sc: ast.ClassDef) -> bool:
                for n in ast.walk(sc))
 
 
+CUDAGRAPH_ADJUST = "adjust_cudagraph_sizes_for_spec_decode"
+
+
+def cudagraph_facts(src: Source) -> tuple[bool, str | None]:
+    """(whether ``CompilationConfig.adjust_cudagraph_sizes_for_spec_decode`` exists, raises, and is called from the
+    V1 GPU worker; the ``CUDAGraphMode`` member VllmConfig assigns first where ``cudagraph_mode is None``)."""
+    try:
+        _, cc = src.find_class("CompilationConfig", "vllm/config", hint=["vllm/config/compilation.py"])
+    except SpecReproError:
+        return False, None
+    fn = Source.method(cc, CUDAGRAPH_ADJUST)
+    raises = fn is not None and any(isinstance(n, ast.Raise) for n in ast.walk(fn))
+    called = raises and any(f".{CUDAGRAPH_ADJUST}(" in p.read_text(encoding="utf-8", errors="replace")
+                            for p in sorted((src.root / "vllm" / "v1" / "worker").rglob("*.py")))
+    default = None
+    rel = "vllm/config/vllm.py"
+    if (src.root / rel).is_file():
+        for n in ast.walk(src.tree(rel)):
+            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Compare) and getattr(n.test.left, "attr", "")
+                    == "cudagraph_mode" and isinstance(n.test.ops[0], ast.Is)):
+                continue
+            default = next((a.value.attr for a in ast.walk(ast.Module(body=n.body, type_ignores=[]))
+                            if isinstance(a, ast.Assign) and isinstance(a.value, ast.Attribute)
+                            and getattr(a.value.value, "id", "") == "CUDAGraphMode"), None)
+            if default:
+                break
+    return bool(called), default
+
+
 @dataclass
 class VllmFacts:
     """What one vLLM version's source says about the arguments the project passes."""
@@ -422,6 +454,10 @@ class VllmFacts:
     env_vars: set[str] = field(default_factory=set)
     #: whether SpeculativeConfig raises a draft's max_position_embeddings to the target's context itself
     extends_draft_positions: bool = False
+    #: whether its GPU model runner needs full decode CUDA-graph sizes that are multiples of k + 1 and TP (and raises)
+    spec_cudagraph_shapes: bool = False
+    #: the CUDA-graph mode VllmConfig sets when a job sets none (under VLLM_COMPILE), None where not read
+    default_cudagraph_mode: str | None = None
 
 
 def vllm_facts(src: Source, version: str = "") -> VllmFacts:
@@ -487,6 +523,7 @@ def vllm_facts(src: Source, version: str = "") -> VllmFacts:
         architectures=registry_architectures(src), drafter_renames=drafter_renames(src),
         async_default=async_scheduling_default(src, ea), env_vars=env_variables(src),
         extends_draft_positions=_extends_draft_positions(sc),
+        **dict(zip(("spec_cudagraph_shapes", "default_cudagraph_mode"), cudagraph_facts(src))),
     )
 
 
@@ -602,6 +639,13 @@ def _model_problems(rec: Mapping[str, Any], facts: VllmFacts, kw: Mapping[str, A
                 and name not in facts.env_vars):
             out.append(f"env {name} is not a variable this vLLM reads (vllm/envs.py): leave it out "
                        "(specrepro.jobspec.images.VLLM_ENV_READ)")
+    sc = kw.get("speculative_config") or {}
+    if facts.spec_cudagraph_shapes and sc.get("num_speculative_tokens"):
+        why = cudagraph_shape_problem(sc["num_speculative_tokens"], kw.get("tensor_parallel_size", 1),
+                                      (kw.get("compilation_config") or {}).get("cudagraph_mode"),
+                                      bool(kw.get("enforce_eager")), facts.default_cudagraph_mode or DEFAULT_CUDAGRAPH_MODE)
+        if why:
+            out.append(f"{why} (CompilationConfig.{CUDAGRAPH_ADJUST})")
     m_pos = rec.get("drafter_max_position_embeddings") or rec.get("drafter_max_position_embeddings_found")
     found_pos = rec.get("drafter_max_position_embeddings_found")
     if rec.get("drafter_max_position_embeddings") and found_pos and found_pos != rec["drafter_max_position_embeddings"]:
