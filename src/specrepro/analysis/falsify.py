@@ -32,15 +32,18 @@ measured order (:func:`order_agreement`):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..core.errors import SpecReproError
-from ..core.traces import TraceRecord
+from ..core.io import read_json, read_parquet, write_json
+from ..core.traces import TraceRecord, read_trace
+from ..engine.results.metrics import load_points
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
-from .closedloop import KEY, join, order_agreement, simulated_points
+from .closedloop import KEY, join, measured_points, order_agreement, simulated_points
 
 #: the issue's bar: every wrong input must give at least this times the real median |error|
 FACTOR = 1.5
@@ -177,13 +180,6 @@ points) and
 
 def run_falsify(a) -> None:
     """The body of ``specrepro falsify``."""
-    from pathlib import Path
-
-    from ..core.io import read_json, read_parquet, write_json
-    from ..core.traces import read_trace
-    from ..engine.results.metrics import load_points
-    from .closedloop import measured_points
-
     points = load_points(a.points)
     points = points[points["exp"] == a.exp]
     ids = {}
