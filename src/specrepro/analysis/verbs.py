@@ -66,7 +66,8 @@ def _plan(sub) -> None:
             f"{proxy.label} through the simulator" if proxy else "no released traces found (give --traces)")
         name = str(full.resolve().relative_to(REPO)) if full.resolve().is_relative_to(REPO) else str(full)
         print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg),
-                                coverage_by_group(claims, cfg)))
+                                coverage_by_group(claims, cfg),
+                                float((cfg.get("run") or {}).get("engine_start_s") or 0)))
 
     p.set_defaults(func=run)
 
