@@ -100,3 +100,23 @@ def test_the_smoke_dag_builds_and_tests_every_image_it_uses(dag_jobs):
     assert (rules.count("engine_bench"), rules.count("engine_sglang_bench"), rules.count("engine_profile"),
             rules.count("engine_trace"), rules.count("engine_draft_bench")) == (11, 3, 1, 1, 1)
     assert "report" in rules
+
+
+def test_the_readme_table_carries_the_plans_numbers(smoke):
+    """The README's smoke / quick / full table: GPU-hours and engine jobs as `specrepro plan` prints them, weights
+    as the configs' size_gb (a config change that moves them must update the table)."""
+    import re
+
+    from specrepro.analysis.sizing import load_config
+
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| (smoke|quick|full) \(`config/[\w.-]+`\) \|.*$",
+                                                        (REPO / "README.md").read_text(), flags=re.MULTILINE)}
+    assert set(rows) == {"smoke", "quick", "full"}
+    for name, cfg_name, fmt in (("smoke", "paper-smoke", "{:.2f}"), ("quick", "paper-quick", "{:.1f}"),
+                                ("full", "paper", "{:,.0f}")):
+        plan = plan_jobs(load_config(REPO / "config" / f"{cfg_name}.yaml"))
+        cells = [c.strip() for c in rows[name].split("|")[1:-1]]
+        assert cells[2].startswith(f"{fmt.format(plan['est_gpu_hours'].sum())} ({len(plan)} engine jobs;"), (name, cells[2])
+    weights = sum(m["source"]["hf"]["size_gb"] + sum(d["source"]["hf"]["size_gb"] for d in m["drafters"].values())
+                  for m in smoke["models"].values())
+    assert f"{weights:.0f} GB of weights" in rows["smoke"]
