@@ -120,3 +120,40 @@ def test_the_readme_table_carries_the_plans_numbers(smoke):
     weights = sum(m["source"]["hf"]["size_gb"] + sum(d["source"]["hf"]["size_gb"] for d in m["drafters"].values())
                   for m in smoke["models"].values())
     assert f"{weights:.0f} GB of weights" in rows["smoke"]
+
+
+def test_a_functional_run_decides_no_engine_claim_and_every_other_one_as_a_gpu_run(smoke):
+    """run.decides_engine_claims: false (the smoke config): every engine claim stays not measured even where the
+    run measured it; the released traces' and the simulator's claims are decided exactly as on a full GPU run."""
+    from specrepro.analysis.claims import NOT_MEASURED, evaluate, load_claims
+
+    assert smoke["run"]["decides_engine_claims"] is False
+    claims = load_claims(REPO / "paper" / "claims.yaml")
+    # every claim measured at the paper's own value (both sides of an ordering)
+    metrics = {}
+    for c in claims:
+        if c.measured_by and c.value is not None:
+            metrics[c.measured_by] = float(c.value)
+        if c.than and c.value_b is not None:
+            metrics[c.than] = float(c.value_b)
+    full = evaluate(claims, metrics, "gpu").set_index("id")
+    smoke_run = evaluate(claims, metrics, "gpu", engine_claims=False).set_index("id")
+    engine = full["evidence"] == "engine"
+    assert (full.loc[engine, "status"] != NOT_MEASURED).sum() > 10  # the full run decides them
+    assert (smoke_run.loc[engine, "status"] == NOT_MEASURED).all()
+    assert (smoke_run.loc[~engine, "status"] == full.loc[~engine, "status"]).all()
+    assert (full.loc[~engine, "status"] != NOT_MEASURED).sum() > 10
+
+
+def test_the_report_of_a_functional_run_says_it_decides_no_engine_claim():
+    from test_report import TEMPLATES, minimal
+
+    from specrepro.report import render
+
+    run_config, prov, claims = minimal("gpu")
+    banner = r"\textbf{This is a functional GPU run,}"
+    assert banner not in render(TEMPLATES, run_config, prov, claims, [], [])
+    smoke = {**run_config, "run": {**run_config["run"], "decides_engine_claims": False}}
+    tex = render(TEMPLATES, smoke, prov, claims, [], [])
+    assert banner in tex and "This is a CPU run" not in tex
+    assert "A functional (smoke) run decides no engine claim" in tex

@@ -19,8 +19,9 @@ def _claims(sub) -> None:
         from .claims import evaluate, load_claims, load_metrics
         from ..core.io import read_json, write_csv
 
-        kind = read_json(a.run_config)["run"]["kind"]
-        table = evaluate(load_claims(a.registry), load_metrics(a.metrics), kind)
+        run = read_json(a.run_config)["run"]
+        table = evaluate(load_claims(a.registry), load_metrics(a.metrics), run["kind"],
+                         engine_claims=run.get("decides_engine_claims", True) is not False)
         write_csv(a.output, table, float_format="%.6g")
 
     p.set_defaults(func=run)
