@@ -19,8 +19,9 @@ def _claims(sub) -> None:
         from .claims import evaluate, load_claims, load_metrics
         from ..core.io import read_json, write_csv
 
-        kind = read_json(a.run_config)["run"]["kind"]
-        table = evaluate(load_claims(a.registry), load_metrics(a.metrics), kind)
+        run = read_json(a.run_config)["run"]
+        table = evaluate(load_claims(a.registry), load_metrics(a.metrics), run["kind"],
+                         engine_claims=run.get("decides_engine_claims", True) is not False)
         write_csv(a.output, table, float_format="%.6g")
 
     p.set_defaults(func=run)
@@ -66,7 +67,8 @@ def _plan(sub) -> None:
             f"{proxy.label} through the simulator" if proxy else "no released traces found (give --traces)")
         name = str(full.resolve().relative_to(REPO)) if full.resolve().is_relative_to(REPO) else str(full)
         print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg),
-                                coverage_by_group(claims, cfg)))
+                                coverage_by_group(claims, cfg),
+                                float((cfg.get("run") or {}).get("engine_start_s") or 0)))
 
     p.set_defaults(func=run)
 
