@@ -1,0 +1,308 @@
+"""The draft-substitution runs (oracle, controlled, hybrid: :mod:`specrepro.jobspec.drafts`) next to the simulator.
+
+Each benchmarked configuration whose drafts the plugin substituted is described by a :class:`DraftConfig` and
+simulated on exactly the requests it was measured on (the closed loop's pairing,
+:mod:`specrepro.analysis.closedloop`), from the run's own cost model and traces, **with the engine's accounting**:
+vLLM's drafter runs every step whatever draft is then verified, so the model drafter is charged its whole
+``k``-token draft (``k + 1`` input tokens) every step and the n-gram lookup every step
+(:data:`specrepro.jobspec.drafts.ENGINE_DRAFTER_CHARGE`):
+
+``controlled`` (profile ``none`` / ``all`` / ``{name, j: [...]}`` / ``{trace: m}``)
+    the method at fixed ``k`` on an acceptance trace built from the profile (:func:`profile_acc`); a controlled
+    n-gram step always verifies ``k`` drafts (the plugin proposes them whether the lookup matched or not);
+``oracle-<m>``
+    the simulator's oracle on ``m``'s trace, capped at ``k + 1`` tokens per step (``SimSpec.engine_k``);
+``oracle-combine``
+    per position the better of n-gram and the model drafter, both charged every step;
+``hybrid-adaptive`` / ``hybrid-ngram-first``
+    the simulator's ``adaptive`` (the same :func:`specrepro.core.policy.adaptive_choice` as the engine, with the
+    engine's ``k`` as both proposers' ``k_max``) and ``ngram-first`` (:func:`specrepro.core.policy.ngram_first`).
+
+:func:`paired_table` joins measured and simulated per (exp, dataset, config, batch size); error =
+simulated / measured - 1. :func:`gap_closed` is the share of the gap from the best single method to Oracle
+Combine that a hybrid closes; :func:`choice_shares` the per-request share of steps each proposer was chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..core.costmodel import CostModel, load_cost_model
+from ..core.errors import SpecReproError
+from ..core.policy import AdaptiveParams
+from ..core.traces import TraceRecord
+from ..core.uncertainty import bootstrap_ratio_ci
+from ..engine.results.modelfit import DRAFTERS, LOOKUP
+from ..sim.simulator import SimSpec, Workload, simulate
+from ..sim.simulator.steps import decode_steps
+from ..sim.simulator.workload import draw_requests, request_traces
+from .enginesim import workload
+
+MODES = ("fixed", "controlled", "oracle", "hybrid")
+#: the engine's model-drafter accounting for these runs (vLLM always drafts num_speculative_tokens)
+ENGINE_CHARGE = "full"
+KEY = ["exp", "dataset", "config", "batch_size"]
+COLUMNS = KEY + ["mode", "method", "k", "profile", "mean_accepted", "requests", "measured", "measured_ci_low",
+                 "measured_ci_high", "simulated", "simulated_ci_low", "simulated_ci_high", "error", "abs_error",
+                 "within_measured_ci"]
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """One benchmarked configuration of the draft hook (or a plain fixed-k one, ``mode = 'fixed'``).
+
+    ``method``: the drafter vLLM runs (hybrid and oracle-combine: the model drafter paired with n-gram);
+    ``k``: ``num_speculative_tokens``; ``of``: the oracle's method (``combine`` too); ``policy``: the hybrid's;
+    ``profile``: the controlled profile (``none``, ``all``, ``{name, j}``, ``{trace}``)."""
+
+    config: str
+    mode: str
+    method: str
+    k: int
+    of: str | None = None
+    policy: str | None = None
+    profile: Any = field(default=None, hash=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SpecReproError(f"{self.config}: unknown draft mode {self.mode!r} (known: {', '.join(MODES)})")
+        if self.k < 1:
+            raise SpecReproError(f"{self.config}: k must be at least 1")
+
+    @property
+    def profile_name(self) -> str:
+        """``none``, ``all``, the named profile's name or ``trace-<m>`` (empty for other modes)."""
+        p = self.profile
+        if self.mode != "controlled":
+            return ""
+        if isinstance(p, str):
+            return p
+        if isinstance(p, Mapping) and "trace" in p:
+            return f"trace-{p['trace']}"
+        if isinstance(p, Mapping):
+            return str(p.get("name") or "j=" + ",".join(str(j) for j in p.get("j", [])))
+        raise SpecReproError(f"{self.config}: unknown controlled profile {p!r}")
+
+    @property
+    def label(self) -> str:
+        """``oracle-<of>``, ``hybrid-<policy>``, ``controlled``, or the method (fixed k)."""
+        return {"oracle": f"oracle-{self.of}", "hybrid": f"hybrid-{self.policy}", "controlled": "controlled"}.get(
+            self.mode, self.method)
+
+
+def profile_acc(profile: Any, length: int, k: int, trace: np.ndarray | None = None) -> np.ndarray:
+    """Tokens produced per step (the trace quantity ``acc_len``) at each of ``length`` output positions under a
+    controlled profile at ``k`` drafts, as the plugin's :func:`specrepro.jobspec.drafts._profile_j` sets them:
+    ``acc[0] = 1`` (the prefill), then ``j + 1`` at every position a step starts from, ``j`` the profile's correct
+    drafts (a ``j`` list is cycled per step of the request, so it is laid out along the positions those steps
+    visit); ``{trace: m}`` is ``m``'s own trace (the fixed-k walk caps it at ``k + 1``)."""
+    if length < 1:
+        raise SpecReproError("profile_acc: a request needs at least one output position")
+    acc = np.ones(length, dtype=np.int64)
+    if profile == "none":
+        return acc
+    if profile == "all":
+        acc[1:] = k + 1
+        return acc
+    if isinstance(profile, Mapping) and "trace" in profile:
+        if trace is None:
+            raise SpecReproError(f"controlled profile {profile!r}: no {profile['trace']} trace given")
+        out = np.asarray(trace, dtype=np.int64)[:length].copy()
+        if out.size < length:
+            raise SpecReproError(f"controlled profile {profile!r}: trace shorter than the output")
+        return np.maximum(out, 1)
+    if isinstance(profile, Mapping) and "j" in profile:
+        js = [int(j) for j in profile["j"]]
+        if not js or min(js) < 0:
+            raise SpecReproError(f"controlled profile {profile!r}: needs j >= 0 values")
+        g, s = 1, 0
+        while g < length:
+            acc[g] = min(js[s % len(js)], k) + 1
+            g += int(acc[g])
+            s += 1
+        return acc
+    raise SpecReproError(f"unknown controlled profile {profile!r} (none, all, {{name, j}}, {{trace}})")
+
+
+def _controlled_workload(records: Sequence[TraceRecord], dataset: str, cfg: DraftConfig) -> Workload:
+    prof = cfg.profile
+    accs = []
+    for r in records:
+        tr = r.acc_len.get(prof["trace"]) if isinstance(prof, Mapping) and "trace" in prof else None
+        if isinstance(prof, Mapping) and "trace" in prof and tr is None:
+            raise SpecReproError(f"{dataset}: request {r.id!r} has no 'acc_{prof['trace']}' trace")
+        accs.append(profile_acc(prof, int(r.output_len), cfg.k, tr))
+    return Workload(dataset=dataset, ids=tuple(r.id for r in records),
+                    prompt_len=np.array([r.prompt_token_ids.size for r in records], dtype=np.int64),
+                    output_len=np.array([r.output_len for r in records], dtype=np.int64),
+                    ngram=tuple(accs), eagle=tuple(accs), suffix=None)
+
+
+def engine_params(k: int) -> AdaptiveParams:
+    """The policy parameters the plugin's hybrid runs with (:func:`specrepro.jobspec.drafts.make_plan`)."""
+    return AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=ENGINE_CHARGE)
+
+
+def sim_setup(cfg: DraftConfig, records: Sequence[TraceRecord], dataset: str, cost_model: str, *,
+              ngram_match: float, seed: int, lookup: str | None = LOOKUP) -> tuple[Workload, SimSpec, CostModel]:
+    """(workload, spec, cost model) that simulate ``cfg`` on ``records`` with the engine's accounting."""
+    n = max(len(records), 1)
+    model = None if cfg.method == LOOKUP else cfg.method
+    if model is not None and model not in DRAFTERS:
+        raise SpecReproError(f"{cfg.config}: the simulator has no slot for method {cfg.method!r}")
+    cost = load_cost_model(cost_model, drafter=model) if model else load_cost_model(cost_model)
+    slot = "ngram" if model is None else "eagle"
+    if cfg.mode == "controlled":
+        w = _controlled_workload(records, dataset, cfg)
+        return w, SimSpec(slot, f"fixed-{cfg.k}", ngram_match_prob=1.0, num_requests=n, seed=seed), cost
+    if cfg.mode == "fixed":
+        w = workload(records, dataset, lookup, cfg.method)
+        return w, SimSpec(slot, f"fixed-{cfg.k}", ngram_match_prob=ngram_match, num_requests=n, seed=seed), cost
+    if lookup is None and (cfg.mode == "hybrid" or cfg.of == "combine"):
+        raise SpecReproError(f"{cfg.config}: needs n-gram traces")
+    if cfg.mode == "oracle":
+        if cfg.of == "combine":
+            if model is None:
+                raise SpecReproError(f"{cfg.config}: oracle-combine pairs n-gram with a model drafter")
+            w = workload(records, dataset, lookup, model)
+            return w, SimSpec("combined", "oracle", combine_cost="both", num_requests=n, seed=seed,
+                              engine_k=cfg.k), cost
+        of_model = None if cfg.of == LOOKUP else cfg.of
+        w = workload(records, dataset, lookup, of_model or lookup)
+        return w, SimSpec("ngram" if of_model is None else "eagle", "oracle", num_requests=n, seed=seed,
+                          engine_k=cfg.k), cost
+    if model is None:
+        raise SpecReproError(f"{cfg.config}: the hybrid pairs n-gram with a model drafter")
+    w = workload(records, dataset, lookup, model)
+    pol = {"adaptive": "adaptive", "ngram-first": "ngram-first"}.get(cfg.policy or "")
+    if pol is None:
+        raise SpecReproError(f"{cfg.config}: unknown hybrid policy {cfg.policy!r}")
+    return w, SimSpec("combined", pol, ngram_match_prob=ngram_match, num_requests=n, seed=seed,
+                      adaptive=engine_params(cfg.k)), cost
+
+
+def mean_accepted(w: Workload, spec: SimSpec, cost: CostModel) -> float:
+    """Mean tokens produced per decode step (accepted + 1) of ``spec`` on ``w`` (all requests, B = 1)."""
+    idx, _ = draw_requests(w, spec)
+    acc, ng, ea = request_traces(w, spec.proposer, idx)
+    s = decode_steps(spec, acc, ng, ea, w.prompt_len[idx], 1, cost)
+    return float(s.produced.mean()) if s.produced.size else float("nan")
+
+
+def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int, str]],
+                       traced: Mapping[str, set[str]], configs: Mapping[str, DraftConfig]) -> pd.DataFrame:
+    """Measured speedup of every benchmarked point of ``configs`` (per exp, dataset, config, B) over no SD on the
+    same requests that are in the trace set, with the paired bootstrap interval (the closed loop's pairing)."""
+    ok = points[points["status"] == "ok"]
+    base = ok[ok["method"] == "none"]
+    rows = []
+    for (exp, ds, cfg, b), g in ok[ok["config"].isin(list(configs))].groupby(
+            ["exp", "dataset", "config", "batch_size"], sort=True):
+        ids = request_ids.get(ds, {})
+        bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
+        sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+        base_t = bb.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+        keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
+        if not keep:
+            continue
+        iv = bootstrap_ratio_ci(sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy(), paired=True)
+        rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "batch_size": int(b),
+                     "requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
+                     "measured": iv.estimate, "measured_ci_low": iv.low, "measured_ci_high": iv.high})
+    return pd.DataFrame(rows, columns=KEY + ["requests", "request_ids", "measured", "measured_ci_low",
+                                             "measured_ci_high"])
+
+
+def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]],
+                        configs: Mapping[str, DraftConfig], cost_model: str, *, ngram_match: float,
+                        seed: int) -> pd.DataFrame:
+    """The simulator at each measured row, on that row's requests (engine accounting, :func:`sim_setup`)."""
+    rows = []
+    for r in measured.itertuples(index=False):
+        cfg = configs[r.config]
+        want = set(r.request_ids)
+        recs = [t for t in traces[r.dataset] if t.id in want]
+        if len(recs) != len(want):
+            raise SpecReproError(f"{r.exp} {r.dataset}: {len(want) - len(recs)} measured request(s) not traced")
+        w, spec, cost = sim_setup(cfg, recs, r.dataset, cost_model, ngram_match=ngram_match, seed=seed)
+        s = simulate(w, spec, [int(r.batch_size)], cost).summary.iloc[0]
+        rows.append({"exp": r.exp, "dataset": r.dataset, "config": r.config, "batch_size": int(r.batch_size),
+                     "mode": cfg.mode, "method": cfg.label if cfg.mode != "controlled" else cfg.method,
+                     "k": cfg.k, "profile": cfg.profile_name, "mean_accepted": mean_accepted(w, spec, cost),
+                     "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
+                     "simulated_ci_high": float(s["ci_high"])})
+    return pd.DataFrame(rows, columns=KEY + ["mode", "method", "k", "profile", "mean_accepted", "simulated",
+                                             "simulated_ci_low", "simulated_ci_high"])
+
+
+def paired_table(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Simulated next to measured on :data:`KEY` (each key once on both sides); the error columns."""
+    for name, df in (("simulated", simulated), ("measured", measured)):
+        if df.duplicated(KEY).any():
+            raise SpecReproError(f"{name} speedups hold key {tuple(df.loc[df.duplicated(KEY), KEY].iloc[0])} twice")
+    out = measured.drop(columns=["request_ids"], errors="ignore").merge(simulated, on=KEY, how="inner",
+                                                                          validate="one_to_one")
+    out["error"] = out["simulated"] / out["measured"] - 1.0
+    out["abs_error"] = out["error"].abs()
+    out["within_measured_ci"] = (out["simulated"] >= out["measured_ci_low"]) & (out["simulated"] <= out["measured_ci_high"])
+    return out.sort_values(KEY).reset_index(drop=True)[COLUMNS]
+
+
+def gap_closed(value: float, best_single: float, combine: float) -> float:
+    """Share of the gap from the best single method to Oracle Combine that ``value`` closes:
+    ``(value - best) / (combine - best)`` (negative: below the best single method; NaN: no gap)."""
+    gap = combine - best_single
+    if not np.isfinite(gap) or gap <= 0:
+        return float("nan")
+    return float((value - best_single) / gap)
+
+
+def hybrid_summary(table: pd.DataFrame, singles: Sequence[str]) -> pd.DataFrame:
+    """Per (exp, dataset, B) and hybrid: its measured and simulated speedup, the best single method (the highest
+    measured of ``singles``; its simulated value alongside), Oracle Combine measured and simulated, and the share
+    of the gap each closes (:func:`gap_closed`, measured against measured, simulated against simulated)."""
+    rows = []
+    for (exp, ds, b), g in table.groupby(["exp", "dataset", "batch_size"], sort=True):
+        single = g[g["method"].isin(list(singles))]
+        comb = g[g["method"] == "oracle-combine"]
+        if single.empty:
+            continue
+        best = single.loc[single["measured"].idxmax()]
+        best_sim = single["simulated"].max()
+        cm = float(comb["measured"].iloc[0]) if len(comb) else float("nan")
+        cs = float(comb["simulated"].iloc[0]) if len(comb) else float("nan")
+        for h in g[g["mode"] == "hybrid"].itertuples(index=False):
+            rows.append({"exp": exp, "dataset": ds, "batch_size": int(b), "hybrid": h.method,
+                         "measured": h.measured, "measured_ci_low": h.measured_ci_low,
+                         "measured_ci_high": h.measured_ci_high, "simulated": h.simulated, "error": h.error,
+                         "best_single": best["method"], "best_single_measured": float(best["measured"]),
+                         "best_single_simulated": float(best_sim), "combine_measured": cm, "combine_simulated": cs,
+                         "vs_best_measured": h.measured / float(best["measured"]) - 1.0,
+                         "gap_closed_measured": gap_closed(h.measured, float(best["measured"]), cm),
+                         "gap_closed_simulated": gap_closed(h.simulated, float(best_sim), cs)})
+    return pd.DataFrame(rows)
+
+
+def choice_shares(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per request (and batch size where given): verified steps and the share of them whose draft came from
+    n-gram and from the model drafter (``steps``: the draft hook's per-step table, columns ``req``, ``source``
+    and optionally ``batch``, ``accepted``; steps never verified are left out)."""
+    v = steps
+    if "accepted" in v:
+        v = v[v["accepted"].notna()]
+    keys = [c for c in ("exp", "dataset", "config", "batch", "req") if c in v.columns]
+    g = v.groupby(keys, sort=True)["source"]
+    out = pd.DataFrame({"steps": g.size(), "share_ngram": g.apply(lambda s: float((s == "ngram").mean())),
+                        "share_drafter": g.apply(lambda s: float((s == "drafter").mean()))}).reset_index()
+    return out
+
+
+def drafter_pass_ms(cost: CostModel, kv: float, k: int) -> dict:
+    """The model drafter's cost per step from the cost model at cache size ``kv``: its first pass (one input
+    token) and the whole ``k``-token draft vLLM runs every step (``k + 1`` inputs), in ms."""
+    return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1)), "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1)),
+            "target_step_ms": 1e3 * float(cost.target(kv, k + 1) + cost.overhead)}

@@ -1,0 +1,131 @@
+"""Measured draft-substitution runs next to the simulator (specrepro.analysis.drafted): hand-computed cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specrepro.analysis.drafted import (
+    DraftConfig, choice_shares, drafter_pass_ms, gap_closed, hybrid_summary, measured_by_config, paired_table,
+    profile_acc, sim_setup, simulated_by_config)
+from specrepro.core.costmodel import load_cost_model
+from specrepro.core.errors import SpecReproError
+from specrepro.core.traces import TraceRecord
+from specrepro.sim.simulator import simulate
+
+COST_YAML = """name: hand
+target: {c_kv: 0.0, c_compute: 1.0, c_fixed: 10.0}
+eagle: {d_kv: 0.0, d_spec: 2.0, d_fixed: 1.0}
+ngram: {draft_fraction: 0.1}
+overhead_per_step: 0.0
+"""
+
+
+@pytest.fixture
+def cost(tmp_path):
+    p = tmp_path / "cost.yaml"
+    p.write_text(COST_YAML)
+    return str(p)
+
+
+def rec(rid, ng, ea, P=4):
+    return TraceRecord(id=rid, prompt_token_ids=np.arange(P), generated_token_ids=np.arange(len(ng)),
+                       acc_len={"ngram": np.array(ng), "eagle": np.array(ea)})
+
+
+def test_profiles_by_hand():
+    assert profile_acc("none", 4, 3).tolist() == [1, 1, 1, 1]
+    assert profile_acc("all", 5, 3).tolist() == [1, 4, 4, 4, 4]
+    # steps at g = 1 (j 0), 2 (j 2), 5 (j 0), 6 (j 5 capped at k = 3)
+    assert profile_acc({"name": "alt", "j": [0, 2, 0, 5]}, 8, 3).tolist() == [1, 1, 3, 1, 1, 1, 4, 1]
+    assert profile_acc({"trace": "eagle"}, 3, 3, np.array([1, 6, 2, 9])).tolist() == [1, 6, 2]
+    with pytest.raises(SpecReproError):
+        profile_acc({"j": [-1]}, 3, 3)
+    with pytest.raises(SpecReproError):
+        profile_acc("some", 3, 3)
+
+
+def test_controlled_sim_by_hand(cost):
+    r = rec("a", [1, 1, 1], [1, 1, 1])
+    none = DraftConfig("c-none", "controlled", "eagle", 2, profile="none")
+    w, spec, cm = sim_setup(none, [r], "d", cost, ngram_match=0.5, seed=1)
+    # positions 0, 1 each verify 3 tokens: T = 13, draft 2 * 3 + 1 = 7; prefill 4 + 10
+    assert simulate(w, spec, [1], cm).batches["sd_latency"].iloc[0] == pytest.approx(14 + 2 * 20)
+    allc = DraftConfig("c-all", "controlled", "ngram", 2, profile="all")
+    w, spec, cm = sim_setup(allc, [r], "d", cost, ngram_match=0.5, seed=1)
+    assert spec.ngram_match_prob == 1.0  # controlled n-gram steps always draft k
+    # pos 0 (acc 1), pos 1 (acc 3 -> done): T = 13 + lookup 1.3 each
+    assert simulate(w, spec, [1], cm).batches["sd_latency"].iloc[0] == pytest.approx(14 + 2 * 14.3)
+
+
+def test_oracle_and_hybrid_setups(cost):
+    r = rec("a", [1, 3, 1, 1, 1, 1, 1], [1, 2, 2, 1, 3, 1, 1])
+    _, s, _ = sim_setup(DraftConfig("o", "oracle", "eagle", 4, of="combine"), [r], "d", cost, ngram_match=0.5, seed=1)
+    assert (s.proposer, s.policy, s.combine_cost, s.engine_k) == ("combined", "oracle", "both", 4)
+    _, s, _ = sim_setup(DraftConfig("o", "oracle", "ngram", 4, of="ngram"), [r], "d", cost, ngram_match=0.5, seed=1)
+    assert (s.proposer, s.engine_k) == ("ngram", 4)
+    _, s, _ = sim_setup(DraftConfig("h", "hybrid", "eagle", 3, policy="adaptive"), [r], "d", cost, ngram_match=0.5,
+                        seed=1)
+    assert (s.policy, s.adaptive.eagle_k_max, s.adaptive.ngram_k_max, s.adaptive.drafter_charge) == (
+        "adaptive", 3, 3, "full")
+    with pytest.raises(SpecReproError):
+        sim_setup(DraftConfig("h", "hybrid", "ngram", 3, policy="adaptive"), [r], "d", cost, ngram_match=0.5, seed=1)
+
+
+def points_table():
+    rows = []
+    for cfg, method, tp in (("none", "none", (10.0, 20.0)), ("c-none", "eagle", (15.0, 30.0)),
+                            ("other", "eagle", (1.0, 1.0))):
+        for i, t in enumerate(tp):
+            rows.append({"exp": "e", "dataset": "d", "config": cfg, "method": method, "batch_size": 1,
+                         "request_index": i, "throughput": t, "status": "ok"})
+    rows.append({**rows[-1], "request_index": 2, "throughput": 99.0})  # not traced: left out
+    return pd.DataFrame(rows)
+
+
+def test_measured_and_paired(cost):
+    ids = {"d": {0: "a", 1: "b", 2: "zz"}}
+    cfgs = {"c-none": DraftConfig("c-none", "controlled", "eagle", 2, profile="none")}
+    m = measured_by_config(points_table(), ids, {"d": {"a", "b"}}, cfgs)
+    assert m["config"].tolist() == ["c-none"] and m["requests"].iloc[0] == 2
+    assert m["measured"].iloc[0] == pytest.approx(22.5 / 15)
+    traces = {"d": [rec("a", [1, 1, 1], [1, 1, 1]), rec("b", [1, 1, 1, 1], [1, 1, 1, 1])]}
+    s = simulated_by_config(m, traces, cfgs, cost, ngram_match=1.0, seed=1)
+    assert s["profile"].iloc[0] == "none" and s["mean_accepted"].iloc[0] == pytest.approx(1.0)
+    t = paired_table(s, m)
+    assert t["error"].iloc[0] == pytest.approx(t["simulated"].iloc[0] / (22.5 / 15) - 1)
+    with pytest.raises(SpecReproError):
+        paired_table(pd.concat([s, s]), m)
+
+
+def test_gap_closed():
+    assert gap_closed(3.0, 2.0, 4.0) == pytest.approx(0.5)
+    assert gap_closed(1.5, 2.0, 4.0) == pytest.approx(-0.25)
+    assert np.isnan(gap_closed(3.0, 2.0, 2.0))
+
+
+def test_hybrid_summary_by_hand():
+    base = {"exp": "e", "dataset": "d", "batch_size": 1, "measured_ci_low": 0, "measured_ci_high": 9, "error": 0.0}
+    t = pd.DataFrame([
+        {**base, "method": "ngram", "mode": "fixed", "measured": 1.5, "simulated": 1.6},
+        {**base, "method": "eagle", "mode": "fixed", "measured": 2.0, "simulated": 1.9},
+        {**base, "method": "oracle-combine", "mode": "oracle", "measured": 4.0, "simulated": 5.0},
+        {**base, "method": "hybrid-adaptive", "mode": "hybrid", "measured": 2.5, "simulated": 3.0}])
+    h = hybrid_summary(t, ["ngram", "eagle"]).iloc[0]
+    assert h["best_single"] == "eagle" and h["vs_best_measured"] == pytest.approx(0.25)
+    assert h["gap_closed_measured"] == pytest.approx(0.25)  # (2.5 - 2) / (4 - 2)
+    assert h["gap_closed_simulated"] == pytest.approx(1.1 / 3.1)  # (3 - 1.9) / (5 - 1.9)
+
+
+def test_choice_shares():
+    steps = pd.DataFrame({"req": ["a", "a", "a", "b"], "source": ["ngram", "drafter", "ngram", "drafter"],
+                          "accepted": [1, 0, 2, None]})
+    s = choice_shares(steps).set_index("req")
+    assert s.loc["a", "steps"] == 3 and s.loc["a", "share_ngram"] == pytest.approx(2 / 3)
+    assert "b" not in s.index  # its only step was never verified
+
+
+def test_drafter_pass_ms(cost):
+    d = drafter_pass_ms(load_cost_model(cost), 100.0, 3)
+    assert d["first_pass_ms"] == pytest.approx(1e3 * 3.0) and d["full_draft_ms"] == pytest.approx(1e3 * 9.0)
