@@ -129,3 +129,34 @@ def test_choice_shares():
 def test_drafter_pass_ms(cost):
     d = drafter_pass_ms(load_cost_model(cost), 100.0, 3)
     assert d["first_pass_ms"] == pytest.approx(1e3 * 3.0) and d["full_draft_ms"] == pytest.approx(1e3 * 9.0)
+
+
+def test_draft_config_from_jobs():
+    from specrepro.analysis.drafted import draft_config
+
+    traced = ["ngram", "eagle"]
+    assert draft_config("none", {"method": "none", "k": None}, traced) is None
+    assert draft_config("ngram-k3", {"method": "ngram", "k": 3}, traced) == DraftConfig("ngram-k3", "fixed", "ngram", 3)
+    assert draft_config("eagle-tree", {"method": "eagle", "k": 3, "tree": "x"}, traced) is None
+    c = draft_config("h", {"method": "eagle", "k": 5, "draft": {"mode": "hybrid", "policy": "ngram-first"}}, traced)
+    assert (c.mode, c.method, c.k, c.label) == ("hybrid", "eagle", 5, "hybrid-ngram-first")
+    c = draft_config("c", {"method": "ngram", "k": 8, "mode": "controlled", "profile": {"name": "half", "j": [1]}},
+                     traced)
+    assert (c.mode, c.profile_name) == ("controlled", "half")
+
+
+def test_hybrid_finding_states_where_it_loses():
+    from specrepro.analysis.drafted import hybrid_finding
+
+    hyb = pd.DataFrame([
+        {"hybrid": "hybrid-adaptive", "dataset": "code", "batch_size": 1, "measured": 2.5, "measured_ci_low": 2.4,
+         "measured_ci_high": 2.6, "best_single": "eagle", "best_single_measured": 2.0, "vs_best_measured": 0.25,
+         "gap_closed_measured": 0.25, "gap_closed_simulated": 0.3},
+        {"hybrid": "hybrid-adaptive", "dataset": "chat", "batch_size": 4, "measured": 1.0, "measured_ci_low": 0.9,
+         "measured_ci_high": 1.1, "best_single": "ngram", "best_single_measured": 1.2, "vs_best_measured": -1 / 6,
+         "gap_closed_measured": -0.5, "gap_closed_simulated": -0.4}])
+    costs = {"chat@4": {"first_pass_ms": 3.0, "full_draft_ms": 9.0, "target_step_ms": 20.0}}
+    f = hybrid_finding(hyb, costs, {"median_abs_error": 0.05})
+    assert "1.00-2.50x" in f["finding"] and "at 1 of 2" in f["finding"] and "within a median 5 %" in f["finding"]
+    assert "chat at B = 4 (-17 % against ngram" in f["loses"] and "9.0 ms of a 20.0 ms" in f["loses"]
+    assert "first pass alone 3.0 ms" in f["loses"]

@@ -25,7 +25,9 @@ Combine that a hybrid closes; :func:`choice_shares` the per-request share of ste
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -34,7 +36,9 @@ import pandas as pd
 from ..core.costmodel import CostModel, load_cost_model
 from ..core.errors import SpecReproError
 from ..core.policy import AdaptiveParams
-from ..core.traces import TraceRecord
+from ..core.io import read_json, read_parquet, write_csv, write_json
+from ..core.traces import TraceRecord, read_trace
+from ..engine.results.metrics import load_points
 from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..sim.simulator import SimSpec, Workload, simulate
@@ -306,3 +310,130 @@ def drafter_pass_ms(cost: CostModel, kv: float, k: int) -> dict:
     token) and the whole ``k``-token draft vLLM runs every step (``k + 1`` inputs), in ms."""
     return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1)), "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1)),
             "target_step_ms": 1e3 * float(cost.target(kv, k + 1) + cost.overhead)}
+
+
+# --- configurations, summaries, the verb --------------------------------------------------------------------------
+
+
+def draft_config(label: str, job: Mapping[str, Any], traced: Sequence[str]) -> DraftConfig | None:
+    """The :class:`DraftConfig` of one engine job (``experiment_configs``' ``{method, k, ...}``, with the draft hook's
+    settings under ``draft`` or at its top level: ``mode``, ``of``, ``policy``, ``profile``, ``drafter``); a plain
+    fixed-k job of a traced method is ``mode = 'fixed'``; None for anything else (no SD, trees, k by batch size)."""
+    d = job.get("draft") if isinstance(job.get("draft"), Mapping) else job
+    mode = d.get("mode")
+    k = job.get("k")
+    if k is None:
+        return None
+    if mode in ("oracle", "controlled", "hybrid"):
+        method = d.get("drafter") or job["method"]
+        return DraftConfig(label, mode, str(method), int(k), of=d.get("of"), policy=d.get("policy"),
+                           profile=d.get("profile"))
+    if job.get("tree") or job.get("k_by_batch_size") or job["method"] not in traced:
+        return None
+    return DraftConfig(label, "fixed", str(job["method"]), int(k))
+
+
+def summarise(table: pd.DataFrame) -> dict:
+    """Points, median and worst |error| (with the worst point), points inside the measured interval."""
+    if table.empty:
+        return {"points": 0, "median_abs_error": None, "worst_abs_error": None, "worst": None}
+    w = table.loc[table["abs_error"].idxmax()]
+    return {"points": int(len(table)), "median_abs_error": float(table["abs_error"].median()),
+            "worst_abs_error": float(w["abs_error"]),
+            "worst": {c: (int(w[c]) if c in ("batch_size", "k") else str(w[c])) for c in
+                      ("dataset", "config", "method", "k", "batch_size", "profile")},
+            "within_measured_ci": int(table["within_measured_ci"].sum())}
+
+
+def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: Mapping) -> dict:
+    """The report's sentences on the hybrid: the finding, and where it loses and why (the drafter's cost per
+    step from the cost model: ``costs`` = {dataset@B: :func:`drafter_pass_ms`})."""
+    if hyb.empty:
+        return {"finding": "No hybrid configuration was both benchmarked and traced: nothing measured.", "loses": ""}
+    out = {}
+    for name, g in hyb.groupby("hybrid", sort=True):
+        at_least = int((g["measured_ci_high"] >= g["best_single_measured"]).sum())
+        gm = g["gap_closed_measured"].dropna()
+        gs = g["gap_closed_simulated"].dropna()
+        out[name] = {
+            "points": int(len(g)), "measured_min": float(g["measured"].min()), "measured_max": float(g["measured"].max()),
+            "at_least_best": at_least,
+            "median_gap_closed_measured": float(gm.median()) if len(gm) else None,
+            "median_gap_closed_simulated": float(gs.median()) if len(gs) else None,
+            "median_vs_best": float(g["vs_best_measured"].median())}
+    ad = out.get("hybrid-adaptive") or next(iter(out.values()))
+    name = "hybrid-adaptive" if "hybrid-adaptive" in out else next(iter(out))
+    gap = ("" if ad["median_gap_closed_measured"] is None else
+           f", closing a median {100 * ad['median_gap_closed_measured']:.0f} % of the gap from the best single method "
+           f"to Oracle Combine measured ({100 * (ad['median_gap_closed_simulated'] or float('nan')):.0f} % simulated)")
+    err = hybrid_err.get("median_abs_error")
+    finding = (f"Chosen online inside vLLM, the {name.removeprefix('hybrid-')} hybrid of n-gram and the model drafter "
+               f"reaches {ad['measured_min']:.2f}-{ad['measured_max']:.2f}x over no SD, within its 95 % interval of the "
+               f"better single method at {ad['at_least_best']} of {ad['points']} (dataset, B) points (median "
+               f"{100 * ad['median_vs_best']:+.0f} % against it){gap}"
+               + (f"; the simulator, charging what the engine pays, predicts it within a median {100 * err:.0f} %."
+                  if err is not None else "."))
+    lose = hyb[hyb["measured_ci_high"] < hyb["best_single_measured"]]
+    if lose.empty:
+        loses = "It is not below the better single method beyond its 95 % interval at any measured point."
+    else:
+        parts = []
+        for r in lose.itertuples(index=False):
+            c = costs.get(f"{r.dataset}@{int(r.batch_size)}") or {}
+            parts.append(f"{r.hybrid} on {r.dataset} at B = {int(r.batch_size)} ({100 * r.vs_best_measured:+.0f} % "
+                         f"against {r.best_single}"
+                         + (f"; the drafter's draft costs {c['full_draft_ms']:.1f} ms of a {c['target_step_ms']:.1f} ms "
+                            f"target step, its first pass alone {c['first_pass_ms']:.1f} ms)" if c else ")"))
+        loses = ("Where it loses: " + "; ".join(parts) + ". The engine runs the model drafter's whole draft every "
+                 "step, also where n-gram's draft is verified (the drafter's first pass keeps its KV cache in step), "
+                 "so where n-gram alone is the better method the hybrid still pays the drafter.")
+    return {"finding": finding, "loses": loses, "by_hybrid": out}
+
+
+def run_drafted(a) -> None:
+    """The body of ``specrepro engine-drafted``."""
+    points = load_points(a.points)
+    points = points[points["exp"] == a.exp]
+    ids = {}
+    for pth in a.prompts:
+        t = read_parquet(pth)
+        for ds, g in t.groupby("dataset"):
+            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
+    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
+    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    jobs = json.loads(Path(a.configs).read_text(encoding="utf-8"))
+    configs = {lab: c for lab, job in jobs.items() if (c := draft_config(lab, job, a.methods)) is not None}
+    match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
+    meas = measured_by_config(points, ids, traced, configs)
+    sim = simulated_by_config(meas, traces, configs, a.cost_model, ngram_match=match, seed=a.seed)
+    table = paired_table(sim, meas)
+    cal = table[table["mode"] == "controlled"]
+    bounds = table[table["mode"].isin(["oracle", "fixed"])]
+    singles = [m for m in a.methods]
+    hyb_rows = table[table["mode"].isin(["fixed", "hybrid"]) | (table["method"] == "oracle-combine")]
+    hyb = hybrid_summary(hyb_rows, singles)
+    write_csv(a.calibration, cal, float_format="%.6g")
+    write_csv(a.bounds, bounds, float_format="%.6g")
+    write_csv(a.hybrid, hyb, float_format="%.6g")
+    costs = {}
+    for (ds, b), g in table[table["mode"] == "hybrid"].groupby(["dataset", "batch_size"]):
+        cfg = configs[g["config"].iloc[0]]
+        recs = traces[ds]
+        ctx = float(np.mean([r.prompt_token_ids.size + r.output_len / 2 for r in recs]))
+        costs[f"{ds}@{int(b)}"] = drafter_pass_ms(load_cost_model(a.cost_model, drafter=cfg.method), int(b) * ctx, cfg.k)
+    hyb_err = summarise(table[table["mode"] == "hybrid"])
+    shares = {}
+    frames = [pd.read_csv(p) for p in (a.drafts or []) if Path(p).stat().st_size > 0]
+    if frames:
+        sh = choice_shares(pd.concat(frames, ignore_index=True))
+        write_csv(a.shares, sh, float_format="%.6g")
+        shares = {"requests": int(len(sh)), "median_share_ngram": float(sh["share_ngram"].median())}
+    elif a.shares:
+        write_csv(a.shares, pd.DataFrame(columns=["req", "steps", "share_ngram", "share_drafter"]))
+    write_json(a.summary, {
+        "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_CHARGE,
+        "calibration": {**summarise(cal), "ks": sorted({int(k) for k in cal["k"]}),
+                        "profiles": sorted(set(cal["profile"]))},
+        "oracle": summarise(table[table["mode"] == "oracle"]), "fixed": summarise(table[table["mode"] == "fixed"]),
+        "hybrid": hyb_err, "drafter_cost_ms": costs, "choice_shares": shares,
+        **hybrid_finding(hyb, costs, hyb_err)})
