@@ -86,8 +86,9 @@ def points_table():
 
 def test_measured_and_paired(cost):
     ids = {"d": {0: "a", 1: "b", 2: "zz"}}
-    cfgs = {"c-none": DraftConfig("c-none", "controlled", "eagle", 2, profile="none")}
-    m = measured_by_config(points_table(), ids, {"d": {"a", "b"}}, cfgs)
+    cfgs = {("c-none", "none"): DraftConfig("c-none", "controlled", "eagle", 2, profile="none")}
+    pts = points_table().assign(profile=lambda d: np.where(d["config"] == "c-none", "none", None))
+    m = measured_by_config(pts, ids, {"d": {"a", "b"}}, cfgs)
     assert m["config"].tolist() == ["c-none"] and m["requests"].iloc[0] == 2
     assert m["measured"].iloc[0] == pytest.approx(22.5 / 15)
     traces = {"d": [rec("a", [1, 1, 1], [1, 1, 1]), rec("b", [1, 1, 1, 1], [1, 1, 1, 1])]}
@@ -118,12 +119,12 @@ def test_hybrid_summary_by_hand():
     assert h["gap_closed_simulated"] == pytest.approx(1.1 / 3.1)  # (3 - 1.9) / (5 - 1.9)
 
 
-def test_choice_shares():
-    steps = pd.DataFrame({"req": ["a", "a", "a", "b"], "source": ["ngram", "drafter", "ngram", "drafter"],
-                          "accepted": [1, 0, 2, None]})
-    s = choice_shares(steps).set_index("req")
-    assert s.loc["a", "steps"] == 3 and s.loc["a", "share_ngram"] == pytest.approx(2 / 3)
-    assert "b" not in s.index  # its only step was never verified
+def test_choice_shares_are_the_hybrid_points_own():
+    pts = points_table().assign(mode="fixed", profile=None)
+    hyb = pts[pts["config"] == "c-none"].assign(mode="hybrid", config="h", share_ngram=[0.25, 0.5],
+                                                 share_drafter=[0.75, 0.5])
+    s = choice_shares(pd.concat([pts, hyb], ignore_index=True))
+    assert s["config"].tolist() == ["h", "h"] and s["share_ngram"].tolist() == [0.25, 0.5]
 
 
 def test_drafter_pass_ms(cost):
@@ -131,18 +132,26 @@ def test_drafter_pass_ms(cost):
     assert d["first_pass_ms"] == pytest.approx(1e3 * 3.0) and d["full_draft_ms"] == pytest.approx(1e3 * 9.0)
 
 
-def test_draft_config_from_jobs():
-    from specrepro.analysis.drafted import draft_config
+def test_draft_configs_from_jobs():
+    from specrepro.analysis.drafted import draft_configs
 
     traced = ["ngram", "eagle"]
-    assert draft_config("none", {"method": "none", "k": None}, traced) is None
-    assert draft_config("ngram-k3", {"method": "ngram", "k": 3}, traced) == DraftConfig("ngram-k3", "fixed", "ngram", 3)
-    assert draft_config("eagle-tree", {"method": "eagle", "k": 3, "tree": "x"}, traced) is None
-    c = draft_config("h", {"method": "eagle", "k": 5, "draft": {"mode": "hybrid", "policy": "ngram-first"}}, traced)
-    assert (c.mode, c.method, c.k, c.label) == ("hybrid", "eagle", 5, "hybrid-ngram-first")
-    c = draft_config("c", {"method": "ngram", "k": 8, "mode": "controlled", "profile": {"name": "half", "j": [1]}},
-                     traced)
-    assert (c.mode, c.profile_name) == ("controlled", "half")
+    assert draft_configs("none", {"method": "none", "k": None}, traced) == []
+    assert draft_configs("ngram-k3", {"method": "ngram", "k": 3}, traced) == [DraftConfig("ngram-k3", "fixed", "ngram", 3)]
+    assert draft_configs("eagle-tree", {"method": "eagle", "k": 3, "tree": "x"}, traced) == []
+    # draft_jobs' entries (specrepro.jobspec.drafts): the engine's method, the hybrid's drafter, the plan names
+    [c] = draft_configs("h", {"mode": "hybrid", "policy": "ngram-first", "drafter": "eagle", "k": 5,
+                              "method": "eagle"}, traced)
+    assert (c.mode, c.method, c.k, c.point_profile) == ("hybrid", "eagle", 5, "hybrid-ngram-first")
+    [c] = draft_configs("o", {"mode": "oracle", "of": "ngram", "drafter": "eagle", "k": 8, "method": "ngram"}, traced)
+    assert (c.method, c.point_profile) == ("ngram", "oracle-ngram")
+    [c] = draft_configs("o", {"mode": "oracle", "of": "combine", "drafter": "eagle", "k": 8, "method": "eagle"}, traced)
+    assert (c.method, c.point_profile) == ("eagle", "oracle-combine")
+    cs = draft_configs("c", {"mode": "controlled", "drafter": "ngram", "k": 8, "method": "ngram",
+                             "profiles": ["none", {"name": "half", "j": [1]}, {"trace": "eagle"}]}, traced)
+    assert [c.point_profile for c in cs] == ["none", "half", "trace-eagle"]
+    assert [c.point_profile for c in draft_configs("c", {"mode": "controlled", "drafter": "eagle", "k": 1,
+                                                        "method": "eagle"}, traced)] == ["none", "all"]
 
 
 def test_hybrid_finding_states_where_it_loses():

@@ -20,7 +20,7 @@ vLLM's drafter runs every step whatever draft is then verified, so the model dra
 
 :func:`paired_table` joins measured and simulated per (exp, dataset, config, batch size); error =
 simulated / measured - 1. :func:`gap_closed` is the share of the gap from the best single method to Oracle
-Combine that a hybrid closes; :func:`choice_shares` the per-request share of steps each proposer was chosen.
+Combine that a hybrid closes; :func:`choice_shares` the per-request share of steps each proposer was chosen (the hybrid points' own columns).
 """
 
 from __future__ import annotations
@@ -49,8 +49,10 @@ from .enginesim import workload
 MODES = ("fixed", "controlled", "oracle", "hybrid")
 #: the engine's model-drafter accounting for these runs (vLLM always drafts num_speculative_tokens)
 ENGINE_CHARGE = "full"
-KEY = ["exp", "dataset", "config", "batch_size"]
-COLUMNS = KEY + ["mode", "method", "k", "profile", "mean_accepted", "requests", "measured", "measured_ci_low",
+#: a measured point's key: a draft job's points carry the plan they ran under in ``profile`` (a controlled job: one
+#: per acceptance profile; an oracle or hybrid job: its mode label); plain bench points have none ("")
+KEY = ["exp", "dataset", "config", "profile", "batch_size"]
+COLUMNS = KEY + ["mode", "method", "k", "mean_accepted", "requests", "measured", "measured_ci_low",
                  "measured_ci_high", "simulated", "simulated_ci_low", "simulated_ci_high", "error", "abs_error",
                  "within_measured_ci"]
 
@@ -90,6 +92,11 @@ class DraftConfig:
         if isinstance(p, Mapping):
             return str(p.get("name") or "j=" + ",".join(str(j) for j in p.get("j", [])))
         raise SpecReproError(f"{self.config}: unknown controlled profile {p!r}")
+
+    @property
+    def point_profile(self) -> str:
+        """The ``profile`` its points carry (:func:`specrepro.jobspec.drafts.draft_plans`' plan names)."""
+        return self.profile_name if self.mode == "controlled" else ("" if self.mode == "fixed" else self.label)
 
     @property
     def label(self) -> str:
@@ -198,14 +205,17 @@ def mean_accepted(w: Workload, spec: SimSpec, cost: CostModel) -> float:
 
 
 def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int, str]],
-                       traced: Mapping[str, set[str]], configs: Mapping[str, DraftConfig]) -> pd.DataFrame:
-    """Measured speedup of every benchmarked point of ``configs`` (per exp, dataset, config, B) over no SD on the
-    same requests that are in the trace set, with the paired bootstrap interval (the closed loop's pairing)."""
-    ok = points[points["status"] == "ok"]
+                       traced: Mapping[str, set[str]], configs: Mapping[tuple, DraftConfig]) -> pd.DataFrame:
+    """Measured speedup of every benchmarked point of ``configs`` (keyed by (config, profile); per exp, dataset,
+    config, profile, B) over no SD on the same requests that are in the trace set, with the paired bootstrap
+    interval (the closed loop's pairing)."""
+    ok = points[points["status"] == "ok"].copy()
+    ok["profile"] = ok["profile"].fillna("").astype(str) if "profile" in ok else ""
     base = ok[ok["method"] == "none"]
+    want = [(c, p) in configs for c, p in zip(ok["config"], ok["profile"])]
     rows = []
-    for (exp, ds, cfg, b), g in ok[ok["config"].isin(list(configs))].groupby(
-            ["exp", "dataset", "config", "batch_size"], sort=True):
+    for (exp, ds, cfg, prof, b), g in ok[want].groupby(["exp", "dataset", "config", "profile", "batch_size"],
+                                                        sort=True):
         ids = request_ids.get(ds, {})
         bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
         sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
@@ -214,7 +224,7 @@ def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[i
         if not keep:
             continue
         iv = bootstrap_ratio_ci(sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy(), paired=True)
-        rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "batch_size": int(b),
+        rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "profile": str(prof), "batch_size": int(b),
                      "requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
                      "measured": iv.estimate, "measured_ci_low": iv.low, "measured_ci_high": iv.high})
     return pd.DataFrame(rows, columns=KEY + ["requests", "request_ids", "measured", "measured_ci_low",
@@ -222,24 +232,25 @@ def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[i
 
 
 def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]],
-                        configs: Mapping[str, DraftConfig], cost_model: str, *, ngram_match: float,
+                        configs: Mapping[tuple, DraftConfig], cost_model: str, *, ngram_match: float,
                         seed: int) -> pd.DataFrame:
     """The simulator at each measured row, on that row's requests (engine accounting, :func:`sim_setup`)."""
     rows = []
     for r in measured.itertuples(index=False):
-        cfg = configs[r.config]
+        cfg = configs[(r.config, r.profile)]
         want = set(r.request_ids)
         recs = [t for t in traces[r.dataset] if t.id in want]
         if len(recs) != len(want):
             raise SpecReproError(f"{r.exp} {r.dataset}: {len(want) - len(recs)} measured request(s) not traced")
         w, spec, cost = sim_setup(cfg, recs, r.dataset, cost_model, ngram_match=ngram_match, seed=seed)
         s = simulate(w, spec, [int(r.batch_size)], cost).summary.iloc[0]
-        rows.append({"exp": r.exp, "dataset": r.dataset, "config": r.config, "batch_size": int(r.batch_size),
-                     "mode": cfg.mode, "method": cfg.label if cfg.mode != "controlled" else cfg.method,
-                     "k": cfg.k, "profile": cfg.profile_name, "mean_accepted": mean_accepted(w, spec, cost),
+        rows.append({"exp": r.exp, "dataset": r.dataset, "config": r.config, "profile": r.profile,
+                     "batch_size": int(r.batch_size), "mode": cfg.mode,
+                     "method": cfg.label if cfg.mode != "controlled" else cfg.method,
+                     "k": cfg.k, "mean_accepted": mean_accepted(w, spec, cost),
                      "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
                      "simulated_ci_high": float(s["ci_high"])})
-    return pd.DataFrame(rows, columns=KEY + ["mode", "method", "k", "profile", "mean_accepted", "simulated",
+    return pd.DataFrame(rows, columns=KEY + ["mode", "method", "k", "mean_accepted", "simulated",
                                              "simulated_ci_low", "simulated_ci_high"])
 
 
@@ -291,18 +302,19 @@ def hybrid_summary(table: pd.DataFrame, singles: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def choice_shares(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per request (and batch size where given): verified steps and the share of them whose draft came from
-    n-gram and from the model drafter (``steps``: the draft hook's per-step table, columns ``req``, ``source``
-    and optionally ``batch``, ``accepted``; steps never verified are left out)."""
-    v = steps
-    if "accepted" in v:
-        v = v[v["accepted"].notna()]
-    keys = [c for c in ("exp", "dataset", "config", "batch", "req") if c in v.columns]
-    g = v.groupby(keys, sort=True)["source"]
-    out = pd.DataFrame({"steps": g.size(), "share_ngram": g.apply(lambda s: float((s == "ngram").mean())),
-                        "share_drafter": g.apply(lambda s: float((s == "drafter").mean()))}).reset_index()
-    return out
+SHARE_COLUMNS = ["exp", "dataset", "config", "profile", "batch_size", "request_index", "share_ngram", "share_drafter",
+                 "departed_requests", "counters_agree", "lossless"]
+
+
+def choice_shares(points: pd.DataFrame) -> pd.DataFrame:
+    """Per hybrid point (dataset, request, B): the share of its verified steps whose draft came from n-gram and from
+    the model drafter (the draft job's own per-point columns, from the hook's records), departures, the check
+    against vLLM's counters and losslessness."""
+    if "mode" not in points:
+        return pd.DataFrame(columns=SHARE_COLUMNS)
+    h = points[(points["mode"] == "hybrid") & (points["status"] == "ok")]
+    return h[[c for c in SHARE_COLUMNS if c in h.columns]].sort_values(
+        ["dataset", "config", "batch_size", "request_index"]).reset_index(drop=True)
 
 
 def drafter_pass_ms(cost: CostModel, kv: float, k: int) -> dict:
@@ -315,22 +327,23 @@ def drafter_pass_ms(cost: CostModel, kv: float, k: int) -> dict:
 # --- configurations, summaries, the verb --------------------------------------------------------------------------
 
 
-def draft_config(label: str, job: Mapping[str, Any], traced: Sequence[str]) -> DraftConfig | None:
-    """The :class:`DraftConfig` of one engine job (``experiment_configs``' ``{method, k, ...}``, with the draft hook's
-    settings under ``draft`` or at its top level: ``mode``, ``of``, ``policy``, ``profile``, ``drafter``); a plain
-    fixed-k job of a traced method is ``mode = 'fixed'``; None for anything else (no SD, trees, k by batch size)."""
-    d = job.get("draft") if isinstance(job.get("draft"), Mapping) else job
-    mode = d.get("mode")
+def draft_configs(label: str, job: Mapping[str, Any], traced: Sequence[str]) -> list[DraftConfig]:
+    """The :class:`DraftConfig` s of one engine job: a draft job (:func:`specrepro.jobspec.drafts.draft_jobs`:
+    ``mode``, ``of``, ``policy``, ``drafter``, ``k``, ``profiles``; a controlled job one per profile, by default
+    ``none`` and ``all``), or a plain fixed-k job of a traced method (``experiment_configs``: ``mode = 'fixed'``);
+    none for anything else (no SD, trees, k by batch size)."""
+    mode = job.get("mode")
     k = job.get("k")
     if k is None:
-        return None
+        return []
     if mode in ("oracle", "controlled", "hybrid"):
-        method = d.get("drafter") or job["method"]
-        return DraftConfig(label, mode, str(method), int(k), of=d.get("of"), policy=d.get("policy"),
-                           profile=d.get("profile"))
+        method = job.get("drafter") if mode != "oracle" or job.get("of") == "combine" else job.get("of")
+        profiles = (job.get("profiles") or ["none", "all"]) if mode == "controlled" else [None]
+        return [DraftConfig(label, mode, str(method or job["method"]), int(k), of=job.get("of"),
+                            policy=job.get("policy"), profile=p) for p in profiles]
     if job.get("tree") or job.get("k_by_batch_size") or job["method"] not in traced:
-        return None
-    return DraftConfig(label, "fixed", str(job["method"]), int(k))
+        return []
+    return [DraftConfig(label, "fixed", str(job["method"]), int(k))]
 
 
 def summarise(table: pd.DataFrame) -> dict:
@@ -402,7 +415,7 @@ def run_drafted(a) -> None:
     traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
     traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
     jobs = json.loads(Path(a.configs).read_text(encoding="utf-8"))
-    configs = {lab: c for lab, job in jobs.items() if (c := draft_config(lab, job, a.methods)) is not None}
+    configs = {(c.config, c.point_profile): c for lab, job in jobs.items() for c in draft_configs(lab, job, a.methods)}
     match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
     meas = measured_by_config(points, ids, traced, configs)
     sim = simulated_by_config(meas, traces, configs, a.cost_model, ngram_match=match, seed=a.seed)
@@ -417,23 +430,25 @@ def run_drafted(a) -> None:
     write_csv(a.hybrid, hyb, float_format="%.6g")
     costs = {}
     for (ds, b), g in table[table["mode"] == "hybrid"].groupby(["dataset", "batch_size"]):
-        cfg = configs[g["config"].iloc[0]]
+        cfg = configs[(g["config"].iloc[0], g["profile"].iloc[0])]
         recs = traces[ds]
         ctx = float(np.mean([r.prompt_token_ids.size + r.output_len / 2 for r in recs]))
         costs[f"{ds}@{int(b)}"] = drafter_pass_ms(load_cost_model(a.cost_model, drafter=cfg.method), int(b) * ctx, cfg.k)
     hyb_err = summarise(table[table["mode"] == "hybrid"])
-    shares = {}
-    frames = [pd.read_csv(p) for p in (a.drafts or []) if Path(p).stat().st_size > 0]
-    if frames:
-        sh = choice_shares(pd.concat(frames, ignore_index=True))
-        write_csv(a.shares, sh, float_format="%.6g")
-        shares = {"requests": int(len(sh)), "median_share_ngram": float(sh["share_ngram"].median())}
-    elif a.shares:
-        write_csv(a.shares, pd.DataFrame(columns=["req", "steps", "share_ngram", "share_drafter"]))
+    sh = choice_shares(points)
+    write_csv(a.shares, sh, float_format="%.6g")
+    shares = {f"{c}@{int(b)}": {"points": int(len(g)), "median_share_ngram": float(g["share_ngram"].median()),
+                                "min_share_ngram": float(g["share_ngram"].min()),
+                                "max_share_ngram": float(g["share_ngram"].max())}
+              for (c, b), g in sh.groupby(["config", "batch_size"])} if len(sh) else {}
+    departed = {}
+    if "departed_requests" in points:
+        dp = points[points["config"].isin({c for c, _ in configs}) & points["departed_requests"].notna()]
+        departed = {f"{c}@{int(b)}": int(g["departed_requests"].sum()) for (c, b), g in dp.groupby(["config", "batch_size"])}
     write_json(a.summary, {
         "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_CHARGE,
         "calibration": {**summarise(cal), "ks": sorted({int(k) for k in cal["k"]}),
                         "profiles": sorted(set(cal["profile"]))},
         "oracle": summarise(table[table["mode"] == "oracle"]), "fixed": summarise(table[table["mode"] == "fixed"]),
-        "hybrid": hyb_err, "drafter_cost_ms": costs, "choice_shares": shares,
+        "hybrid": hyb_err, "drafter_cost_ms": costs, "choice_shares": shares, "departed_requests": departed,
         **hybrid_finding(hyb, costs, hyb_err)})
