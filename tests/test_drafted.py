@@ -107,7 +107,8 @@ def test_gap_closed():
 
 
 def test_hybrid_summary_by_hand():
-    base = {"exp": "e", "dataset": "d", "batch_size": 1, "measured_ci_low": 0, "measured_ci_high": 9, "error": 0.0}
+    base = {"exp": "e", "dataset": "d", "batch_size": 1, "measured_ci_low": 0, "measured_ci_high": 9, "error": 0.0,
+            "config": "x"}
     t = pd.DataFrame([
         {**base, "method": "ngram", "mode": "fixed", "measured": 1.5, "simulated": 1.6},
         {**base, "method": "eagle", "mode": "fixed", "measured": 2.0, "simulated": 1.9},
@@ -169,3 +170,29 @@ def test_hybrid_finding_states_where_it_loses():
     assert "1.00-2.50x" in f["finding"] and "at 1 of 2" in f["finding"] and "within a median 5 %" in f["finding"]
     assert "chat at B = 4 (-17 % against ngram" in f["loses"] and "9.0 ms of a 20.0 ms" in f["loses"]
     assert "first pass alone 3.0 ms" in f["loses"]
+
+
+def test_tab_hybrid_opens_with_the_finding(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from specrepro.figures import TraceContext
+    from specrepro.figures.engine_hybrid_table import build
+
+    row = {"exp": "e", "dataset": "code", "batch_size": 1, "config": "h", "measured_ci_low": 2.0,
+           "measured_ci_high": 3.0, "error": 0.0, "best_single": "eagle", "best_single_measured": 2.0,
+           "best_single_simulated": 2.1, "combine_measured": 4.0, "combine_simulated": 4.2, "vs_best_measured": 0.2,
+           "share_ngram": 0.4}
+    t = pd.DataFrame([{**row, "hybrid": "hybrid-adaptive", "measured": 2.5, "simulated": 2.6,
+                       "gap_closed_measured": 0.25, "gap_closed_simulated": 0.24},
+                      {**row, "hybrid": "hybrid-ngram-first", "measured": 2.2, "simulated": 2.3,
+                       "gap_closed_measured": 0.1, "gap_closed_simulated": 0.09}])
+    t.to_csv(tmp_path / "h.csv", index=False)
+    (tmp_path / "s.json").write_text(json.dumps({"finding": "FIRST SENTENCE.", "loses": "WHERE IT LOSES."}))
+    ctx = TraceContext("engine-e", "E", ("code",), {"code": "Code"}, {}, {})
+    a = SimpleNamespace(hybrid=str(tmp_path / "h.csv"), summary=str(tmp_path / "s.json"), csv=str(tmp_path / "o.csv"),
+                        output=str(tmp_path / "o.tex"))
+    build(a, ctx)
+    tex = (tmp_path / "o.tex").read_text()
+    assert tex.index("FIRST SENTENCE.") < tex.index("tabular") < tex.index("WHERE IT LOSES.")
+    assert "2.50 [2.00, 3.00] (2.60)" in tex and "2.20 (2.30)" in tex and "25 / 24" in tex and "40" in tex

@@ -91,6 +91,8 @@ SECTIONS: tuple[Section, ...] = (
             ("tab_sim_beyond", "fig_sim_beyond")),
     Section("per-model", "Beyond the paper: upper bounds per model, checked against measured speedups", BEYOND,
             _UPPER_BOUNDS, ("Figs. 10, 12 per model",)),
+    Section("hybrid", "Beyond the paper: choosing the proposer online", BEYOND, ("tab_hybrid",),
+            roles=frozenset({EVIDENCE, CPU_MODEL})),
     Section("today", "Beyond the paper: today's engines", BEYOND, ("fig_today", "tab_today")),
     Section("digitiser", "Check: the paper's figures read independently", BEYOND, ("tab_digitiser",)),
     Section("sizing", "Check: sizing a GPU run on the released traces", BEYOND, ("tab_sizing_validation",)),

@@ -291,7 +291,7 @@ def hybrid_summary(table: pd.DataFrame, singles: Sequence[str]) -> pd.DataFrame:
         cm = float(comb["measured"].iloc[0]) if len(comb) else float("nan")
         cs = float(comb["simulated"].iloc[0]) if len(comb) else float("nan")
         for h in g[g["mode"] == "hybrid"].itertuples(index=False):
-            rows.append({"exp": exp, "dataset": ds, "batch_size": int(b), "hybrid": h.method,
+            rows.append({"exp": exp, "dataset": ds, "batch_size": int(b), "hybrid": h.method, "config": h.config,
                          "measured": h.measured, "measured_ci_low": h.measured_ci_low,
                          "measured_ci_high": h.measured_ci_high, "simulated": h.simulated, "error": h.error,
                          "best_single": best["method"], "best_single_measured": float(best["measured"]),
@@ -425,6 +425,12 @@ def run_drafted(a) -> None:
     singles = [m for m in a.methods]
     hyb_rows = table[table["mode"].isin(["fixed", "hybrid"]) | (table["method"] == "oracle-combine")]
     hyb = hybrid_summary(hyb_rows, singles)
+    sh = choice_shares(points)
+    if len(hyb) and len(sh):
+        med = sh.groupby(["dataset", "config", "batch_size"], as_index=False).agg(
+            share_ngram=("share_ngram", "median"), share_ngram_min=("share_ngram", "min"),
+            share_ngram_max=("share_ngram", "max"))
+        hyb = hyb.merge(med.astype({"batch_size": "int64"}), on=["dataset", "config", "batch_size"], how="left")
     write_csv(a.calibration, cal, float_format="%.6g")
     write_csv(a.bounds, bounds, float_format="%.6g")
     write_csv(a.hybrid, hyb, float_format="%.6g")
@@ -435,7 +441,6 @@ def run_drafted(a) -> None:
         ctx = float(np.mean([r.prompt_token_ids.size + r.output_len / 2 for r in recs]))
         costs[f"{ds}@{int(b)}"] = drafter_pass_ms(load_cost_model(a.cost_model, drafter=cfg.method), int(b) * ctx, cfg.k)
     hyb_err = summarise(table[table["mode"] == "hybrid"])
-    sh = choice_shares(points)
     write_csv(a.shares, sh, float_format="%.6g")
     shares = {f"{c}@{int(b)}": {"points": int(len(g)), "median_share_ngram": float(g["share_ngram"].median()),
                                 "min_share_ngram": float(g["share_ngram"].min()),
