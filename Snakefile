@@ -23,6 +23,7 @@ include: "workflow/rules/traces.smk"
 include: "workflow/rules/acceptance.smk"
 include: "workflow/rules/simulator.smk"
 include: "workflow/rules/engine.smk"
+include: "workflow/rules/drafts.smk"
 include: "workflow/rules/upperbounds.smk"
 include: "workflow/rules/digitise.smk"
 include: "workflow/rules/tree.smk"
@@ -34,6 +35,7 @@ rule all:
     default_target: True
     input:
         REPORT_PDF,
+        draft_targets(),
 
 
 # The validated config plus what the workflow derived from it; every analysis script reads this.

@@ -35,7 +35,7 @@ IMPLY_SLOW = ("e2e", "slurm", "engine")
 ENGINE_MARKS = ("engine", "e2e", "slurm")
 WORKFLOW_MARKS = ("e2e", "slurm")
 #: ``specrepro`` verbs that build a vLLM (or SGLang) engine
-ENGINE_VERBS = frozenset({"bench", "profile", "engine-trace", "sglang-bench", "train-generate"})
+ENGINE_VERBS = frozenset({"bench", "draft-bench", "profile", "engine-trace", "sglang-bench", "train-generate"})
 #: text of a script or ``-c`` program that builds an engine
 ENGINE_CODE = ("LLM(", "engine_smoke")
 

@@ -142,5 +142,36 @@ def test_plans_are_checked():
         make_plan("oracle", 20, of="suffix")
     with pytest.raises(SpecReproError, match="cost model"):
         make_plan("hybrid", 5, policy="adaptive")
-    with pytest.raises(SpecReproError, match="not in the plan"):
-        DraftPlanner(_plan("oracle", of="ngram")).propose("r", "other", [1], own=[])
+    # a prompt the plan has no reference for (the engine's warm-up) keeps the drafter's own draft
+    assert DraftPlanner(_plan("oracle", of="ngram")).propose("r", "other", [1], own=[4, 5]).source == "unplanned"
+
+
+def test_cpu_config_plans_the_draft_jobs_with_their_engines_and_traces():
+    import yaml
+
+    from specrepro.config import config_problems
+    from specrepro.jobspec.drafts import draft_bench_spec, draft_jobs
+    from conftest import REPO
+
+    cfg = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    assert config_problems(cfg) == []
+    exp = next(e for e in cfg["experiments"] if e["name"] == "smollm2")
+    jobs = draft_jobs(exp)
+    assert sorted(jobs) == sorted(
+        ["oracle-ngram-k20", "oracle-eagle-k20", "oracle-combine-k20", "hybrid-adaptive-eagle-k5",
+         "hybrid-ngram-first-eagle-k5"] + [f"controlled-eagle-k{k}" for k in (1, 3, 5, 8, 20)])
+    assert jobs["oracle-ngram-k20"]["method"] == "ngram" and jobs["oracle-ngram-k20"]["traces"] == ["ngram"]
+    assert jobs["oracle-combine-k20"]["method"] == "eagle" and jobs["oracle-combine-k20"]["traces"] == ["ngram", "eagle"]
+    assert jobs["hybrid-adaptive-eagle-k5"]["traces"] == []
+    assert jobs["controlled-eagle-k8"]["datasets"] == ["smol_news"]
+    spec = draft_bench_spec(cfg, "smollm2", "controlled-eagle-k8")
+    assert spec["method"] == "eagle" and spec["k"] == 8 and spec["engine"]["async_scheduling"] is False
+    assert spec["draft"]["profiles"] == ["none", "all", {"trace": "eagle"}]
+    # a draft job whose traces the experiment does not record, or on an engine without the hook, is a config error
+    bad = yaml.safe_load((REPO / "config" / "cpu.yaml").read_text())
+    sm = next(e for e in bad["experiments"] if e["name"] == "smollm2")
+    sm["drafts"] = [{"mode": "oracle", "of": "eagle3", "k": 20}, {"mode": "hybrid", "drafter": "eagle", "k": 5}]
+    problems = config_problems(bad)
+    assert any("has no eagle3 drafter" in p for p in problems)
+    assert any("needs the eagle3 keep-one traces" in p for p in problems)
+    assert any("mode hybrid needs policy" in p for p in problems)

@@ -55,6 +55,8 @@ VERBS = {
               'specrepro.engine.run.verbs'),
     'profile': ('profiled pass of one engine configuration: time breakdown (Fig. 4), cost-fit steps',
                 'specrepro.engine.run.verbs'),
+    'draft-bench': ("one draft job's sweep on vLLM: oracle, controlled or hybrid drafts",
+                    'specrepro.engine.run.verbs'),
     'engine-outputs': ('the no-SD greedy outputs of an experiment, one row per request',
                        'specrepro.engine.run.verbs'),
     'merge-traces': ("one trace file with every method's acc_len (engine-trace outputs)",

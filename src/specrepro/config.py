@@ -16,7 +16,8 @@ from typing import Any, Iterator, Mapping
 from .core.errors import SpecReproError
 from .jobspec.schedule import check_schedule
 from .core.io import read_json
-from .jobspec.args import experiment_configs
+from .jobspec.args import experiment_configs, trace_methods as _traced_methods
+from .jobspec.draftjobs import refusal as _draft_refusal, trace_inputs as _draft_traces
 from .jobspec.images import EXTENDS_DRAFT_POSITIONS, image_problems, image_vllm_version, job_image
 from .jobspec.trees import (
     CPU_VLLM, SGLANG_ALGORITHM, experiment_engine, tree_problems, tree_study, vllm_tree_supported,
@@ -115,6 +116,38 @@ def _check_dataset_names(names, where_parts, datasets) -> Iterator[str]:
             )
 
 
+def _draft_problems(config: Mapping[str, Any], exp: Mapping[str, Any], base: list, drafters: Mapping) -> list[str]:
+    """``experiments[].drafts`` (specrepro.jobspec.drafts): each mode's fields, the drafter, the keep-one traces it
+    reads, and an engine whose vLLM has the draft hook (a refused job stops the config, one line)."""
+    out = []
+    traced = set(_traced_methods(exp)) if exp.get("acceptance_traces", True) else set()
+    for j, e in enumerate(exp.get("drafts") or []):
+        where = key_path(base + ["drafts", j])
+        need = {"oracle": ["of"] + (["drafter"] if e.get("of") == "combine" else []),
+                "controlled": ["drafter"], "hybrid": ["drafter", "policy"]}[e["mode"]]
+        missing = [f for f in need if not e.get(f)]
+        if missing:
+            out.append(f"config error: {where}: mode {e['mode']} needs {', '.join(missing)}")
+            continue
+        for m in {e.get("drafter"), e.get("of")} - {None, "combine", "ngram"}:
+            if m not in drafters:
+                out.append(f"config error: {where}: model {exp['model']} has no {m} drafter")
+        for m in _draft_traces(e):
+            if m not in traced:
+                out.append(f"config error: {where}: needs the {m} keep-one traces, which this experiment does not "
+                           f"record (add {{method: {m}}} and {{method: none}} to its methods)")
+        for d in e.get("datasets") or []:
+            if d not in exp["datasets"]:
+                out.append(f"config error: {where}.datasets: {d} is not one of the experiment's datasets")
+        method = e.get("of") if e["mode"] == "oracle" and e.get("of") != "combine" else e["drafter"]
+        for k in (e["k"] if isinstance(e["k"], list) else [e["k"]]):
+            image = job_image(config, exp, method, k)
+            why = _draft_refusal(e["mode"], {"async_scheduling": False}, image_vllm_version(image) if image else None)
+            if why:
+                out.append(f"config error: {where}: refused on image {image}: {why}")
+    return out
+
+
 def config_problems(config: Mapping[str, Any]) -> list[str]:
     """Cross-reference problems the schema cannot express, each as one line."""
     problems: list[str] = []
@@ -165,6 +198,7 @@ def config_problems(config: Mapping[str, Any]) -> list[str]:
                         f"config error: {key_path(mbase + ['datasets', j2])} = {json.dumps(d)}: not one of the "
                         f"experiment's datasets (allowed: {', '.join(exp['datasets'])})"
                     )
+        problems += _draft_problems(config, exp, base, drafters)
     problems += _trained_drafter_problems(config)
     ng = config.get("engine", {}).get("ngram", {})
     if ng and ng.get("prompt_lookup_min", 1) > ng.get("prompt_lookup_max", 1):

@@ -41,7 +41,9 @@ import numpy as np
 from ..core.costmodel import CostModel
 from ..core.errors import SpecReproError
 from ..core.policy import AdaptiveParams, adaptive_choice, ngram_first, observe
-from .hooks import DRAFT_HOOKS
+from .draftjobs import (  # noqa: F401 - re-exported: the jobs' names
+    DRAFT_OUTPUT, draft_bench_spec, draft_jobs, draft_label, engine_method, refusal, trace_inputs,
+)
 
 PLAN_ENV = "SPECREPRO_DRAFT"
 DRAFT_FILE = "drafts.jsonl"
@@ -157,7 +159,7 @@ class Proposal:
     """One request's draft at one step and why."""
 
     draft: list[int]
-    source: str          # "reference" | "drafter" | "ngram" | "controlled"
+    source: str          # "reference" | "drafter" | "ngram" | "controlled" | "unplanned" (no reference)
     g: int
     ngram_len: int = 0
     departed: bool = False
@@ -220,8 +222,9 @@ class DraftPlanner:
             st.last, st.g, st.step = (use_ng, len(draft), list(ngram)), g, st.step + 1
             return Proposal(draft, "ngram" if use_ng else "drafter", g, len(ngram))
         ref = self.refs.get(key)
-        if ref is None:
-            raise SpecReproError(f"draft plan: a request whose prompt is not in the plan (key {key[:12]}...)")
+        if ref is None:  # a prompt the plan has no reference for (the engine's warm-up): the drafter's own draft
+            st.g, st.step = g, st.step + 1
+            return Proposal(list(own[: self.k]), "unplanned", g, len(ngram))
         out = ref["output"]
         if st.departed < 0:
             # tokens past the reference's end are the engine's overshoot of max_tokens (cut when returned)
@@ -251,17 +254,23 @@ class DraftPlanner:
         return Proposal(list(out[g:g + min(n, self.k)]), "reference", g, len(ngram))
 
 
-def refusal(mode: str, engine: Mapping[str, Any], vllm_version: str | None) -> str | None:
-    """Why a job of a draft-substitution ``mode`` cannot run (one line), or None: it needs synchronous
-    scheduling (drafts are taken per step and per request) and an engine whose hook table has the hook."""
-    if engine.get("async_scheduling", vllm_version is not None and vllm_version.startswith("0.34")):
-        return (f"{mode}: needs synchronous scheduling (engine.async_scheduling: false): under async scheduling "
-                "vLLM schedules the next step's drafts on the device before the plugin can replace them")
-    if vllm_version is not None and not any(vllm_version.startswith(p) for p in DRAFT_HOOKS):
-        return (f"{mode}: vLLM {vllm_version} has no draft-substitution hook in specrepro's hook tables "
-                f"(supported: {', '.join(p + 'x' for p in DRAFT_HOOKS)})")
-    return None
-
-
 def write_record(fh, row: Mapping[str, Any]) -> None:
     fh.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+
+def draft_plans(job: Mapping[str, Any], requests: Sequence[Mapping[str, Any]], ngram: Mapping | None,
+                cost_model: CostModel | None) -> dict[str, dict]:
+    """{profile name: plan} of one draft job (one plan, named by the job's mode, except for controlled jobs)."""
+    common = {"requests": requests, "ngram": ngram}
+    if job["mode"] == "controlled":
+        out = {}
+        for p in job["profiles"] or ["none", "all"]:
+            name = p if isinstance(p, str) else p.get("name") or f"trace-{p.get('trace')}"
+            out[name] = make_plan("controlled", job["k"], profile=p, **common)
+        return out
+    if job["mode"] == "oracle":
+        return {mode_label("oracle", job["of"]): make_plan("oracle", job["k"], of=job["of"], drafter=job["drafter"],
+                                                           **common)}
+    return {mode_label("hybrid", policy=job["policy"]): make_plan(
+        "hybrid", job["k"], policy=job["policy"], drafter=job["drafter"],
+        cost_model=cost_model if job["policy"] == "adaptive" else None, **common)}

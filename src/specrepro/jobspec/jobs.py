@@ -91,10 +91,12 @@ def profile_batched_tokens(cfg: Mapping[str, Any]) -> int | None:
 SYNC_SCHEDULING = {"async_scheduling": False}
 
 
-def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool = False) -> dict:
-    """The spec (JSON object) of ``specrepro bench`` / ``specrepro profile`` for one engine job."""
+def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool = False,
+               job: Mapping[str, Any] | None = None) -> dict:
+    """The spec (JSON object) of ``specrepro bench`` / ``specrepro profile`` for one engine job (``job``: an
+    engine configuration that is not one of the experiment's methods, e.g. a draft job's engine)."""
     exp = _experiments(cfg)[exp_name]
-    job = experiment_configs(exp)[label]
+    job = job or experiment_configs(exp)[label]
     model = cfg["models"][exp["model"]]
     prof = cfg.get("profiling") or {}
     image = job_image(cfg, exp, job["method"], job["k"], job.get("tree"), bool(job.get("k_by_batch_size")))

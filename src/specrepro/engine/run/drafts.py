@@ -155,6 +155,22 @@ def install() -> str:
     return version
 
 
+def set_plan(plan: dict) -> None:
+    """Replace the plan of this process's hook (the next steps follow it; per-request state starts afresh).
+    In-process engines only (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the CPU runs); elsewhere use
+    :func:`rpc_set_plan` through ``LLM.collective_rpc``."""
+    global STATE
+    if STATE is None:
+        raise RuntimeError("specrepro draft hook: not installed in this process (SPECREPRO_DRAFT unset before LLM())")
+    STATE = _State(plan, STATE.out_dir)
+
+
+def rpc_set_plan(worker, plan: dict) -> bool:
+    """:func:`set_plan` in every worker (``LLM.collective_rpc(rpc_set_plan, args=(plan,))``)."""
+    set_plan(plan)
+    return True
+
+
 def rpc_draft_summary(worker) -> dict:
     """Requests that left the reference and steps substituted in this worker (``LLM.collective_rpc``)."""
     if STATE is None:

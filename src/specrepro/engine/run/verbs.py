@@ -4,6 +4,7 @@ needs nothing but argparse."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -61,6 +62,30 @@ def _bench(sub) -> None:
                        provenance=prov, retry_failed=a.retry_failed)
         bad = int((df["status"] != "ok").sum())
         print(f"{a.output}: {len(df)} points ({bad} failed)", file=sys.stderr)
+
+    p.set_defaults(func=run)
+
+
+def _draft_bench(sub) -> None:
+    p = sub.add_parser("draft-bench", help="one draft job's sweep on vLLM: oracle, controlled or hybrid drafts")
+    sweep_arguments(p, "the draft job's spec (specrepro.jobspec.drafts.draft_bench_spec, JSON)")
+    p.add_argument("--traces", nargs="*", default=[], help="keep-one trace files (engine-trace) the job reads")
+    p.add_argument("--cost-model", help="the experiment's fitted cost model (the adaptive hybrid)")
+    p.add_argument("--none-points", help="the no-SD bench points (lossless check)")
+
+    def run(a):
+        from .bench import device_name, sweep_inputs
+        from .draftbench import run_draft_sweep
+
+        blob = json.loads(a.spec)
+        draft = blob.pop("draft")
+        a.spec = json.dumps(blob)
+        spec, prompts, target, drafter, prov = sweep_inputs(a, "vllm", device=device_name())
+        df = run_draft_sweep({**blob, "draft": draft}, prompts, a.output, model_dir=target["path"],
+                             drafter_dir=drafter["path"] if drafter else None, traces=a.traces,
+                             cost_model=a.cost_model, vllm_version=prov["engine_version"], provenance=prov,
+                             none_points=a.none_points)
+        print(f"{a.output}: {len(df)} points", file=sys.stderr)
 
     p.set_defaults(func=run)
 
@@ -209,6 +234,7 @@ def add_cli(sub) -> None:
     for add in (
         _engine_prompts,
         _bench,
+        _draft_bench,
         _engine_outputs,
         _merge_traces,
         _profile,

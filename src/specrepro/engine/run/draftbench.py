@@ -1,0 +1,140 @@
+"""``specrepro draft-bench``: one draft job's engine (oracle, controlled or hybrid drafts; :mod:`specrepro.jobspec.drafts`)
+measured like a bench sweep, with the hook's per-step records.
+
+The job is refused before vLLM starts, with one line, where the hook cannot run (async scheduling, an engine
+without the hook: :func:`specrepro.jobspec.drafts.refusal`). Otherwise one ``vllm.LLM`` runs the engine's method
+with the plugin's draft hook (``$SPECREPRO_DRAFT``) and its ``accept`` records; each plan of the job (a controlled
+job: one per acceptance profile) is set in the engine in turn and runs every (dataset, request, batch size)
+point. Outputs: the points (as a bench's, plus ``profile``, ``share_ngram``, ``share_drafter``,
+``share_reference``, ``departed_requests``, ``counters_agree``) and ``<output stem>.steps.parquet`` (one row per
+request and verified step: :func:`specrepro.engine.results.drafts.draft_steps`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from ...core.costmodel import load_cost_model
+from ...core.errors import SpecReproError
+from ...core.io import write_json, write_parquet
+from ...jobspec.args import BenchSpec
+from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, draft_plans, refusal
+from ...jobspec.hooks import DIR_ENV, MODE_ENV, STEP_FILE
+from .draftrecords import draft_steps, draft_summary
+from . import drafts as hook
+from .bench import _warmup, plan_points, run_point
+from .llm import open_llm
+
+
+def reference_requests(trace_files: Sequence[str | os.PathLike]) -> list[dict]:
+    """Per request: prompt, reference output (the no-SD greedy output the trace engine reproduced) and the
+    ``acc_len`` of every traced method, merged over the methods' trace files."""
+    by_key: dict[tuple, dict] = {}
+    for path in trace_files:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            rec = json.loads(line)
+            key = (tuple(rec["prompt_token_ids"]),)
+            r = by_key.setdefault(key, {"prompt_token_ids": list(rec["prompt_token_ids"]),
+                                        "output_token_ids": list(rec["generated_token_ids"]), "acc": {}})
+            if list(rec["generated_token_ids"]) != r["output_token_ids"]:
+                continue  # two traces disagree on the output: keep the first (the planner counts departures)
+            for k, v in rec.items():
+                if k.startswith("acc_") and isinstance(v, Mapping) and "acc_len" in v:
+                    r["acc"][k[4:]] = list(v["acc_len"])
+    return list(by_key.values())
+
+
+class _Tail:
+    """New JSON lines of a file since the last call."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = path, 0
+
+    def new(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        return [json.loads(x) for x in data[:end].splitlines() if x.strip()]
+
+
+def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *,
+                    model_dir: str, drafter_dir: str | None, traces: Sequence[str] = (), cost_model: str | None = None,
+                    vllm_version: str | None = None, provenance: Mapping[str, Any] | None = None,
+                    none_points: str | None = None, log=sys.stderr) -> pd.DataFrame:
+    """Run every plan of the draft job in ``spec_blob`` (a :func:`specrepro.jobspec.drafts.draft_bench_spec`) over
+    its points; ``traces``: the keep-one trace files it reads, ``cost_model``: the run's fitted model (the adaptive
+    hybrid), ``none_points``: the no-SD bench points each output is compared with (column ``lossless``)."""
+    d = json.loads(spec_blob) if isinstance(spec_blob, str) else dict(spec_blob)
+    job = d.pop("draft")
+    spec = BenchSpec(**d)
+    label = job["label"]
+    reason = refusal(label, spec.engine, vllm_version)
+    if reason:
+        raise SpecReproError(f"{spec.exp} {label}: refused: {reason}")
+    t_job = time.perf_counter()
+    cm = load_cost_model(cost_model, drafter=job["drafter"]) if cost_model else None
+    plans = draft_plans(job, reference_requests(traces), spec.engine.get("ngram"), cm)
+    output = Path(output)
+    rec_dir = output.with_name(output.stem + ".records")
+    rec_dir.mkdir(parents=True, exist_ok=True)
+    for f in (DRAFT_FILE, STEP_FILE):
+        (rec_dir / f).unlink(missing_ok=True)
+    first = next(iter(plans.values()))
+    (rec_dir / "plan.json").write_text(json.dumps(first))
+    os.environ.update({MODE_ENV: "accept", DIR_ENV: str(rec_dir), PLAN_ENV: str(rec_dir / "plan.json")})
+    t0 = time.perf_counter()
+    llm = open_llm(spec, model_dir, drafter_dir, log=log)
+    t_load = time.perf_counter() - t0
+    if spec.engine.get("warmup", True):
+        _warmup(llm, spec, prompts)
+    drafts_tail, steps_tail = _Tail(rec_dir / DRAFT_FILE), _Tail(rec_dir / STEP_FILE)
+    drafts_tail.new(), steps_tail.new()
+    rows, step_tables = [], []
+    ref_out = {}
+    if none_points:
+        nd = pd.read_parquet(none_points)
+        ref_out = {(str(a), int(b), int(c)): list(o) for a, b, c, o in
+                   zip(nd["dataset"], nd["request_index"], nd["batch_size"], nd["output_token_ids"])}
+    base = {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": label,
+            "mode": job["mode"], **dict(provenance or {})}
+    for name, plan in plans.items():
+        hook.set_plan(plan)
+        for ds, r, b in plan_points(spec, prompts):
+            table = prompts[ds]
+            row = {**base, "profile": name, "dataset": ds, "request_index": r,
+                   "request_id": str(table.iloc[r]["request_id"]), "batch_size": b}
+            row.update(run_point(llm, spec, table, ds, r, b))
+            want = ref_out.get((ds, r, b))
+            row["lossless"] = None if want is None else bool(list(row["output_token_ids"]) == want
+                                                              and row["distinct_outputs"] == 1)
+            st = draft_steps(drafts_tail.new(), steps_tail.new())
+            summ = draft_summary(st, row)
+            row.update({k: summ[k] for k in ("share_ngram", "share_drafter", "share_reference", "departed_requests",
+                                             "counters_agree")})
+            rows.append(row)
+            step_tables.append(st.assign(profile=name, dataset=ds, request_index=r, batch_size=b))
+            print(f"{spec.exp} {label} {name} {ds} request {r} B={b}: {row['wall_s']:.2f} s, "
+                  f"departed {summ['departed_requests']}, counters agree {summ['counters_agree']}", file=log)
+    df = pd.DataFrame(rows)
+    write_parquet(output, df)
+    steps = pd.concat(step_tables, ignore_index=True) if step_tables else pd.DataFrame()
+    write_parquet(output.with_name(output.stem + ".steps.parquet"), steps)
+    write_json(output.with_suffix(".json"), {
+        **base, "profiles": list(plans), "points": len(df), "load_s": t_load,
+        "elapsed_s": time.perf_counter() - t_job, "departed_requests": int(df["departed_requests"].sum()),
+        "counters_agree": bool(df["counters_agree"].all()), "drafter_charge": "full",
+        "lossless": None if df["lossless"].isna().all() else bool(df["lossless"].fillna(False).all())})
+    return df
