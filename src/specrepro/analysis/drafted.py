@@ -25,7 +25,6 @@ Combine that a hybrid closes; :func:`choice_shares` the per-request share of ste
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -41,6 +40,8 @@ from ..core.traces import TraceRecord, read_trace
 from ..engine.results.metrics import load_points
 from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
+from ..jobspec.args import experiment_configs
+from ..jobspec.drafts import draft_jobs
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
 from ..sim.simulator.workload import draw_requests, request_traces
@@ -414,7 +415,10 @@ def run_drafted(a) -> None:
             ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
     traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
     traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
-    jobs = json.loads(Path(a.configs).read_text(encoding="utf-8"))
+    exp = next((e for e in read_json(a.run_config).get("experiments") or [] if e["name"] == a.exp), None)
+    if exp is None:
+        raise SpecReproError(f"{a.run_config}: no experiment {a.exp!r}")
+    jobs = {**experiment_configs(exp), **draft_jobs(exp)}
     configs = {(c.config, c.point_profile): c for lab, job in jobs.items() for c in draft_configs(lab, job, a.methods)}
     match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
     meas = measured_by_config(points, ids, traced, configs)

@@ -121,7 +121,7 @@ def _add_engine_drafted(sub) -> None:
     p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
     p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
     p.add_argument("--methods", nargs="+", required=True, help="the traced methods (the single methods)")
-    p.add_argument("--configs", required=True, help="JSON {config label: engine job} of the experiment")
+    p.add_argument("--run-config", required=True, help="results/run_config.json (the experiment's jobs and draft jobs)")
     p.add_argument("--cost-model", required=True)
     p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
     p.add_argument("--seed", type=int, default=42)
