@@ -196,3 +196,16 @@ def test_tab_hybrid_opens_with_the_finding(tmp_path):
     tex = (tmp_path / "o.tex").read_text()
     assert tex.index("FIRST SENTENCE.") < tex.index("tabular") < tex.index("WHERE IT LOSES.")
     assert "2.50 [2.00, 3.00] (2.60)" in tex and "2.20 (2.30)" in tex and "25 / 24" in tex and "40" in tex
+
+
+def test_repeat_check_pairs_trace_profiles_with_the_fixed_job():
+    from specrepro.analysis.drafted import repeat_check
+
+    base = {"exp": "e", "dataset": "d", "batch_size": 1, "k": 3}
+    t = pd.DataFrame([{**base, "mode": "controlled", "method": "eagle", "profile": "trace-eagle", "measured": 1.1,
+                       "simulated": 1.0},
+                      {**base, "mode": "controlled", "method": "eagle", "profile": "all", "measured": 3.0,
+                       "simulated": 3.0},
+                      {**base, "mode": "fixed", "method": "eagle", "profile": "", "measured": 1.0, "simulated": 1.0}])
+    r = repeat_check(t)
+    assert r["pairs"] == 1 and r["median_abs"] == pytest.approx(0.1) and r["simulated_median_abs"] == 0

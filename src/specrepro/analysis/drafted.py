@@ -359,6 +359,26 @@ def summarise(table: pd.DataFrame) -> dict:
             "within_measured_ci": int(table["within_measured_ci"].sum())}
 
 
+def repeat_check(table: pd.DataFrame) -> dict:
+    """The same configuration measured in two jobs: a controlled run whose profile is method ``m``'s own trace at
+    k (``trace-<m>``) drafts and accepts as the fixed-k job of ``m`` does, so their measured speedups differ only
+    by the jobs' timing (load drift between jobs); per pair ``controlled / fixed - 1``, with the simulated pair."""
+    c = table[(table["mode"] == "controlled") & table["profile"].astype(str).str.startswith("trace-")].copy()
+    f = table[table["mode"] == "fixed"]
+    if c.empty or f.empty:
+        return {"pairs": 0}
+    c["of"] = c["profile"].str.removeprefix("trace-")
+    m = c.merge(f, left_on=["dataset", "of", "k", "batch_size"], right_on=["dataset", "method", "k", "batch_size"],
+                suffixes=("", "_fixed"))
+    if m.empty:
+        return {"pairs": 0}
+    d = m["measured"] / m["measured_fixed"] - 1
+    return {"pairs": int(len(m)), "median_abs": float(d.abs().median()), "max_abs": float(d.abs().max()),
+            "simulated_median_abs": float((m["simulated"] / m["simulated_fixed"] - 1).abs().median()),
+            "rows": [{"dataset": r.dataset, "method": r.of, "k": int(r.k), "batch_size": int(r.batch_size),
+                      "controlled": float(r.measured), "fixed": float(r.measured_fixed)} for r in m.itertuples()]}
+
+
 def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: Mapping) -> dict:
     """The report's sentences on the hybrid: the finding, and where it loses and why (the drafter's cost per
     step from the cost model: ``costs`` = {dataset@B: :func:`drafter_pass_ms`})."""
@@ -458,6 +478,7 @@ def run_drafted(a) -> None:
         "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_CHARGE,
         "calibration": {**summarise(cal), "ks": sorted({int(k) for k in cal["k"]}),
                         "profiles": sorted(set(cal["profile"]))},
+        "repeat": repeat_check(table),
         "oracle": summarise(table[table["mode"] == "oracle"]), "fixed": summarise(table[table["mode"] == "fixed"]),
         "hybrid": hyb_err, "drafter_cost_ms": costs, "choice_shares": shares, "departed_requests": departed,
         **hybrid_finding(hyb, costs, hyb_err)})
