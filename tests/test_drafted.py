@@ -131,6 +131,7 @@ def test_choice_shares_are_the_hybrid_points_own():
 def test_drafter_pass_ms(cost):
     d = drafter_pass_ms(load_cost_model(cost), 100.0, 3)
     assert d["first_pass_ms"] == pytest.approx(1e3 * 3.0) and d["full_draft_ms"] == pytest.approx(1e3 * 9.0)
+    assert drafter_pass_ms(load_cost_model(cost), 100.0, 3, 2)["target_step_ms"] == pytest.approx(1e3 * 18.0)
 
 
 def test_draft_configs_from_jobs():
@@ -168,8 +169,12 @@ def test_hybrid_finding_states_where_it_loses():
     costs = {"chat@4": {"first_pass_ms": 3.0, "full_draft_ms": 9.0, "target_step_ms": 20.0}}
     f = hybrid_finding(hyb, costs, {"median_abs_error": 0.05})
     assert "1.00-2.50x" in f["finding"] and "at 1 of 2" in f["finding"] and "within a median 5 %" in f["finding"]
-    assert "chat at B = 4 (-17 % against ngram" in f["loses"] and "9.0 ms of a 20.0 ms" in f["loses"]
-    assert "first pass alone 3.0 ms" in f["loses"]
+    assert "closes a median -12 % of that gap measured (-5 % simulated)" in f["finding"]  # median of 0.25, -0.5
+    assert "chat at B = 4 (-17 % against ngram" in f["loses"] and "costs 9.0-9.0 ms against a target step of 20-20 ms" \
+        in f["loses"] and "first pass alone, which any engine must run to keep the drafter's KV cache in step, 3.0-3.0 ms" \
+        in f["loses"]
+    nogap = hybrid_finding(hyb.assign(gap_closed_measured=np.nan, gap_closed_simulated=np.nan), costs, {})
+    assert "no gap for it to close" in nogap["finding"]
 
 
 def test_tab_hybrid_opens_with_the_finding(tmp_path):
