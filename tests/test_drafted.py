@@ -180,7 +180,7 @@ def test_hybrid_finding_states_where_it_loses():
         in f["loses"] and "first pass alone, which any engine must run to keep the drafter's KV cache in step, 3.0-3.0 ms" \
         in f["loses"]
     nogap = hybrid_finding(hyb.assign(gap_closed_measured=np.nan, gap_closed_simulated=np.nan), costs, {})
-    assert "no gap for it to close" in nogap["finding"]
+    assert "no measured gap for it to close" in nogap["finding"]
 
 
 def test_tab_hybrid_opens_with_the_finding(tmp_path):
