@@ -255,7 +255,7 @@ def test_sizing_check_in_the_report(cpu_run):
 
 def test_report_layout(cpu_run):
     """Issue 16: the verdict on page 1; the released-trace and simulator evidence before any CPU engine material; no
-    line or table wider than the text; no blank or near-blank page; a body of at most 25 pages; every per-request
+    line or table wider than the text; no blank or near-blank page; a body of at most MAX_BODY_PAGES pages; every per-request
     figure in the report of >= 8 requests per dataset (figures with overlapping texts are refused when built)."""
     import re
 
