@@ -24,7 +24,7 @@ ANALYSIS_RULES = (
     # each experiment's cost model, upper bounds and closed loop (workflow/rules/upperbounds.smk)
     "fit_cost_model", "simulate_engine_traces", "closed_loop", "tab_closed_loop", "fig_closed_loop", "fig10_sim_engine",
     "fig12_sim_engine", "tab_sim_engine", "tab_costfit", "tab_closed_loop_summary", "falsify", "tab_falsification",
-    "engine_drafted", "tab_hybrid",  # the measured bounds feed Figs. 10/12, so the hybrid's table is rebuilt with them
+    "simulate_drafted", "tab_hybrid",  # the measured bounds feed Figs. 10/12, so the hybrid's table is rebuilt with them
 )  # not greedy_outputs: the engine trace jobs read its table, so forcing it reran all 17 of them
 UPPER_BOUND_OUTPUTS = ("tab_closed_loop-engine-smollm2.tex", "tab_closed_loop-engine-smollm2.csv",
                        "fig_closed_loop-engine-smollm2.pdf", "tab_falsification-engine-smollm2.tex",

@@ -311,7 +311,7 @@ rule tab_costfit:
         " --csv {output.csv} -o {output.tex} 2> {log}"
 
 
-rule engine_drafted:
+rule simulate_drafted:  # not engine_*: that prefix marks a GPU rule (CONTRIBUTING.md)
     """The draft jobs against the simulator with the engine's accounting, on the requests each point measured:
     controlled profiles (calibration), the measured oracles (upper bound, measured), the hybrids (gap closed)."""
     input:
@@ -334,7 +334,7 @@ rule engine_drafted:
     wildcard_constraints:
         exp=name_regex(DRAFTED_EXPERIMENTS),
     log:
-        "logs/engine_drafted/{exp}.log",
+        "logs/simulate_drafted/{exp}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
