@@ -42,6 +42,7 @@ from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import experiment_configs
 from ..jobspec.drafts import draft_jobs
+from .closedloop import experiment_inputs
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
 from ..sim.simulator.workload import draw_requests, request_traces
@@ -449,15 +450,7 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
 
 def run_drafted(a) -> None:
     """The body of ``specrepro engine-drafted``."""
-    points = load_points(a.points)
-    points = points[points["exp"] == a.exp]
-    ids = {}
-    for pth in a.prompts:
-        t = read_parquet(pth)
-        for ds, g in t.groupby("dataset"):
-            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
-    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
-    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    points, ids, traces, traced = experiment_inputs(a.points, a.exp, a.prompts, a.traces)
     exp = next((e for e in read_json(a.run_config).get("experiments") or [] if e["name"] == a.exp), None)
     if exp is None:
         raise SpecReproError(f"{a.run_config}: no experiment {a.exp!r}")
