@@ -74,7 +74,7 @@ CASES = [
     (lambda c: c["engine"].__setitem__("batching", "random"),
      "config error: engine.batching = \"random\": not allowed (allowed: replicate, distinct)"),
     (lambda c: c["run"].__setitem__("colour", "blue"),
-     "config error: run.colour: unknown key (allowed here: description, dropped_claims, kind, name)"),
+     "config error: run.colour: unknown key (allowed here: decides_engine_claims, description, dropped_claims, engine_start_s, kind, name)"),
     (lambda c: c["models"]["qwen3-8b"]["source"]["hf"].__setitem__("revision", "main"),
      "config error: models.qwen3-8b.source.hf.revision = \"main\""),
     (lambda c: c["experiments"][0]["methods"][1].pop("k"),

@@ -77,6 +77,8 @@ VERBS = {
                     'specrepro.analysis.verbs'),
     'falsify': ("the closed loop's error with the real traces against wrong ones (specrepro.analysis.falsify)",
                 'specrepro.analysis.verbs'),
+    'engine-drafted': ('the oracle, controlled and hybrid runs of one experiment next to the simulator with the engine\'s accounting (calibration, bounds, hybrid)',
+                       'specrepro.analysis.verbs'),
     'engine-metrics': ('engine points -> metrics JSON for the claims table (+ CSV tables)',
                        'specrepro.engine.results.verbs'),
     'engine-args': ('every engine job with its image, vLLM version and the keywords it passes to vllm.LLM and SamplingParams (one JSON object per line)',

@@ -5,7 +5,7 @@ one prefill step T(0, B·P) plus L decode steps T(B·(P+j), B) + overhead, P = p
 L = expected output tokens (``datasets.<d>.expected_output_tokens``, else ``max_output_tokens``:
 an upper bound). Speculative configurations are charged the same (no speedup assumed), so the plan
 errs long. A trace job (one method's k = 20 engine, :func:`trace_seconds`) is charged every step's
-verification of k + 1 tokens per request and, for model drafters, k EAGLE-head drafts. The cost model's hardware and model are scaled to other targets by weight bytes per GPU
+verification of k + 1 tokens per request and, for model drafters, k EAGLE-head drafts. Each job is charged ``run.engine_start_s`` seconds of engine start (a stated assumption; 0 if absent). The cost model's hardware and model are scaled to other targets by weight bytes per GPU
 (``size_gb / tensor_parallel_size`` against the cost model's own target), a first-order rule:
 decoding is memory-bound, its step time grows with the bytes each GPU reads.
 """
@@ -68,6 +68,7 @@ def trace_seconds(cm, n_requests: int, prompt_tokens: float, output_tokens: floa
 def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> pd.DataFrame:
     """One row per engine job (bench, profile, draft and trace) with points, GPUs and estimated device hours."""
     cm = load_cost_model(cost_model)
+    start = float((cfg.get("run") or {}).get("engine_start_s") or 0)
     rows = []
     prof = cfg.get("profiling", {})
     for exp in cfg.get("experiments", []):
@@ -122,6 +123,9 @@ def plan_jobs(cfg: Mapping[str, Any], cost_model: str = "llama3.1-8b-h100") -> p
             if points:
                 rows.append({"exp": exp["name"], "job": "trace", "config": trace_label(method), "model": exp["model"],
                              "gpus": gpus, "points": points, "est_hours": secs / 3600, "est_gpu_hours": secs * gpus / 3600})
+    for r in rows:  # the engine start, once per job (each job starts its own engine)
+        r["est_hours"] += start / 3600
+        r["est_gpu_hours"] += start * r["gpus"] / 3600
     return pd.DataFrame(rows, columns=["exp", "job", "config", "model", "gpus", "points", "est_hours", "est_gpu_hours"])
 
 
@@ -130,8 +134,8 @@ def job_minutes(table: pd.DataFrame, exp: str, config: str, job: str = "bench") 
     return float(m["est_hours"].iloc[0] * 60) if len(m) else None
 
 
-def format_plan(table: pd.DataFrame) -> str:
-    """The plan as aligned text, with the total."""
+def format_plan(table: pd.DataFrame, engine_start_s: float = 0) -> str:
+    """The plan as aligned text, with the total (``engine_start_s``: the per-job engine start it includes)."""
     if table.empty:
         return "no engine jobs in this config"
     lines = [f"{'experiment':<22} {'job':<8} {'config':<16} {'GPUs':>4} {'points':>7} {'est. GPU-h':>10}"]
@@ -141,5 +145,7 @@ def format_plan(table: pd.DataFrame) -> str:
                  f"{table['est_gpu_hours'].sum():>10.2f}")
     lines.append("(estimate: cost-model no-SD time, every SD job charged as no-SD; scaled by weight bytes per GPU;"
                  " output lengths = datasets.<d>.expected_output_tokens, else the output cap; trace jobs: k = 20"
-                 " drafts verified per kept token, plus the longest output's tail to the cap)")
+                 " drafts verified per kept token, plus the longest output's tail to the cap; "
+                 + (f"each job's engine start charged {engine_start_s:g} s, run.engine_start_s)" if engine_start_s
+                    else "engine start not charged)"))
     return "\n".join(lines)

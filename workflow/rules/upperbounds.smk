@@ -5,6 +5,9 @@
 #   results/simulator/engine-<exp>/upper_bounds.csv  specrepro.analysis.enginesim (fixed k, oracle, Oracle Combine, beyond)
 #   results/simulator/engine-<exp>/closed_loop.csv   specrepro.analysis.closedloop (simulated vs measured, same key)
 #   results/simulator/engine-<exp>/falsification.json specrepro.analysis.falsify (the closed loop fed wrong inputs)
+#   results/simulator/engine-<exp>/calibration.csv   specrepro.analysis.drafted (the draft jobs vs the simulator with
+#                                                    the engine's accounting: controlled profiles, measured oracles,
+#                                                    the hybrid; measured_bounds.csv, hybrid.csv, drafted.json)
 
 include: "helpers/upperbounds.smk"
 
@@ -210,6 +213,9 @@ rule fig10_sim_engine:
         config=RUN_CONFIG,
         summary="results/simulator/engine-{exp}/upper_bounds.csv",
         closed="results/simulator/engine-{exp}/closed_loop.json",
+        measured=measured_bounds,
+    params:
+        measured=lambda wc, input: f"--measured-bounds {input.measured[0]!r}" if input.measured else "",
     output:
         "figures/fig10_sim_engine-engine-{exp}.pdf",
     wildcard_constraints:
@@ -220,7 +226,7 @@ rule fig10_sim_engine:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig10_sim_engine --run-config {input.config} --subject engine-{wildcards.exp}"
-        " --summary {input.summary:q} --closed-loop {input.closed:q} -o {output:q} 2> {log}"
+        " --summary {input.summary:q} --closed-loop {input.closed:q} {params.measured} -o {output:q} 2> {log}"
 
 
 rule fig12_sim_engine:
@@ -228,6 +234,9 @@ rule fig12_sim_engine:
         config=RUN_CONFIG,
         summary="results/simulator/engine-{exp}/upper_bounds.csv",
         closed="results/simulator/engine-{exp}/closed_loop.json",
+        measured=measured_bounds,
+    params:
+        measured=lambda wc, input: f"--measured-bounds {input.measured[0]!r}" if input.measured else "",
     output:
         "figures/fig12_sim_engine-engine-{exp}.pdf",
     wildcard_constraints:
@@ -238,7 +247,7 @@ rule fig12_sim_engine:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig12_sim_engine --run-config {input.config} --subject engine-{wildcards.exp}"
-        " --summary {input.summary:q} --closed-loop {input.closed:q} -o {output:q} 2> {log}"
+        " --summary {input.summary:q} --closed-loop {input.closed:q} {params.measured} -o {output:q} 2> {log}"
 
 
 rule tab_sim_engine:
@@ -300,3 +309,57 @@ rule tab_costfit:
         "specrepro figure tab_costfit --run-config {input.config} --subject engine --models {input.models:q}"
         " --reports {input.reports:q} --paper-model {params.paper:q} --paper-target {params.released_model:q}"
         " --csv {output.csv} -o {output.tex} 2> {log}"
+
+
+rule simulate_drafted:  # not engine_*: that prefix marks a GPU rule (CONTRIBUTING.md)
+    """The draft jobs against the simulator with the engine's accounting, on the requests each point measured:
+    controlled profiles (calibration), the measured oracles (upper bound, measured), the hybrids (gap closed)."""
+    input:
+        config=RUN_CONFIG,
+        points=lambda wc: [f"results/engine/{wc.exp}/bench/{c}.parquet" for c in exp_configs(wc.exp)]
+        + drafted_points(wc.exp),
+        prompts=lambda wc: [prompts_file(wc.exp, d) for d in TRACE_SETS[f"engine-{wc.exp}"]["datasets"]],
+        traces=lambda wc: exp_trace_files(wc.exp),
+        cost="results/engine/{exp}/cost_model.yaml",
+        schedule="results/simulator/engine-{exp}/schedule.json",
+    output:
+        calibration="results/simulator/engine-{exp}/calibration.csv",
+        bounds="results/simulator/engine-{exp}/measured_bounds.csv",
+        hybrid="results/simulator/engine-{exp}/hybrid.csv",
+        shares="results/simulator/engine-{exp}/choice_shares.csv",
+        summary="results/simulator/engine-{exp}/drafted.json",
+    params:
+        methods=lambda wc: " ".join(upper_bound_methods(wc.exp)),
+        seed=SIM.get("seed", 42),
+    wildcard_constraints:
+        exp=name_regex(DRAFTED_EXPERIMENTS),
+    log:
+        "logs/simulate_drafted/{exp}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro engine-drafted --exp {wildcards.exp} --run-config {input.config:q} --points {input.points:q}"
+        " --prompts {input.prompts:q} --traces {input.traces:q} --methods {params.methods} --cost-model {input.cost:q}"
+        " --schedule {input.schedule:q} --seed {params.seed} --calibration {output.calibration:q}"
+        " --bounds {output.bounds:q} --hybrid {output.hybrid:q} --shares {output.shares:q}"
+        " --summary {output.summary:q} 2> {log}"
+
+
+rule tab_hybrid:
+    """The hybrid proposer measured and simulated (issue 23's report section)."""
+    input:
+        config=RUN_CONFIG,
+        hybrid="results/simulator/engine-{exp}/hybrid.csv",
+        summary="results/simulator/engine-{exp}/drafted.json",
+    output:
+        tex="figures/tab_hybrid-engine-{exp}.tex",
+        csv="figures/tab_hybrid-engine-{exp}.csv",
+    wildcard_constraints:
+        exp=name_regex(HYBRID_EXPERIMENTS),
+    log:
+        "logs/figures/tab_hybrid-engine-{exp}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure tab_hybrid --run-config {input.config} --subject engine-{wildcards.exp}"
+        " --hybrid {input.hybrid:q} --summary {input.summary:q} --csv {output.csv:q} -o {output.tex:q} 2> {log}"

@@ -257,12 +257,13 @@ def load_metrics(paths: Iterable[str | Path]) -> dict[str, float]:
     return merged
 
 
-def decidable(claim: Claim, run_kind: str) -> bool:
-    """Whether this kind of run may decide the claim at all."""
+def decidable(claim: Claim, run_kind: str, engine_claims: bool = True) -> bool:
+    """Whether this kind of run may decide the claim at all (``engine_claims``: false for a functional GPU run,
+    ``run.decides_engine_claims``, whose engine numbers decide nothing)."""
     if claim.evidence == "none":
         return False
     if claim.evidence == "engine":
-        return run_kind == "gpu"
+        return run_kind == "gpu" and engine_claims
     return True
 
 
@@ -332,8 +333,10 @@ COLUMNS = ["id", "group", "kind", "statement", "paper_value", "paper_value_b", "
            "ci_low_b", "ci_high_b", "decided_on", "decisive_half_width", "status", "headline", "note"]
 
 
-def evaluate(claims: list[Claim], metrics: Mapping[str, float], run_kind: str) -> pd.DataFrame:
-    """One row per claim (columns :data:`COLUMNS`): paper value, this run's value and interval, status."""
+def evaluate(claims: list[Claim], metrics: Mapping[str, float], run_kind: str,
+             engine_claims: bool = True) -> pd.DataFrame:
+    """One row per claim (columns :data:`COLUMNS`): paper value, this run's value and interval, status
+    (``engine_claims``: see :func:`decidable`)."""
     nan = float("nan")
     rows = []
     for c in claims:
@@ -347,7 +350,7 @@ def evaluate(claims: list[Claim], metrics: Mapping[str, float], run_kind: str) -
                "ci_high": nan, "n": nan, "this_run_b": nan, "ci_low_b": nan, "ci_high_b": nan, "decided_on": "",
                "decisive_half_width": nan, "status": NOT_MEASURED, "headline": c.headline, "note": c.note}
         measured = a is not None and (c.kind != "ordering" or b is not None)
-        if measured and decidable(c, run_kind):
+        if measured and decidable(c, run_kind, engine_claims):
             has_ci = (c.measured_by + CI_LOW) in metrics
             same = same_a and (c.kind != "ordering" or same_b)
             row.update(this_run=a.estimate, ci_low=a.low if has_ci else nan, ci_high=a.high if has_ci else nan,

@@ -367,19 +367,29 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
 # --- CLI --------------------------------------------------------------------------------------------
 
 
+def experiment_inputs(point_files, exp: str, prompt_files, trace_files):
+    """One experiment's bench points, its request ids ({dataset: {request_index: request_id}}), its traces
+    ({dataset: records}) and the traced request ids ({dataset: ids}): what the closed loop, the falsification and
+    the draft jobs' comparison read."""
+    from pathlib import Path
+
+    points = load_points(point_files)
+    points = points[points["exp"] == exp]
+    ids = {}
+    for pth in prompt_files:
+        t = read_parquet(pth)
+        for ds, g in t.groupby("dataset"):
+            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
+    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in trace_files}
+    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    return points, ids, traces, traced
+
+
 def run_closed_loop(a) -> None:
     """The body of ``specrepro closed-loop``."""
     from pathlib import Path
 
-    points = load_points(a.points)
-    points = points[points["exp"] == a.exp]
-    ids = {}
-    for pth in a.prompts:
-        t = read_parquet(pth)
-        for ds, g in t.groupby("dataset"):
-            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
-    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
-    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    points, ids, traces, traced = experiment_inputs(a.points, a.exp, a.prompts, a.traces)
     match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
     meas = measured_points(points, ids, traced, a.methods)
     sim = simulated_points(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)

@@ -32,15 +32,18 @@ measured order (:func:`order_agreement`):
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..core.errors import SpecReproError
-from ..core.traces import TraceRecord
+from ..core.io import read_json, read_parquet, write_json
+from ..core.traces import TraceRecord, read_trace
+from ..engine.results.metrics import load_points
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
-from .closedloop import KEY, join, order_agreement, simulated_points
+from .closedloop import KEY, experiment_inputs, join, measured_points, order_agreement, simulated_points
 
 #: the issue's bar: every wrong input must give at least this times the real median |error|
 FACTOR = 1.5
@@ -177,22 +180,7 @@ points) and
 
 def run_falsify(a) -> None:
     """The body of ``specrepro falsify``."""
-    from pathlib import Path
-
-    from ..core.io import read_json, read_parquet, write_json
-    from ..core.traces import read_trace
-    from ..engine.results.metrics import load_points
-    from .closedloop import measured_points
-
-    points = load_points(a.points)
-    points = points[points["exp"] == a.exp]
-    ids = {}
-    for pth in a.prompts:
-        t = read_parquet(pth)
-        for ds, g in t.groupby("dataset"):
-            ids[str(ds)] = {int(i): str(r) for i, r in zip(g["request_index"], g["request_id"])}
-    traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in a.traces}
-    traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
+    points, ids, traces, traced = experiment_inputs(a.points, a.exp, a.prompts, a.traces)
     match = float(read_json(a.schedule).get("ngram_match_prob", 1.0))
     meas = measured_points(points, ids, traced, a.methods)
     doc, _ = falsify(meas, traces, a.methods, a.cost_model, ngram_match=match, seed=a.seed)

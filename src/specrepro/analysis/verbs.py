@@ -19,8 +19,9 @@ def _claims(sub) -> None:
         from .claims import evaluate, load_claims, load_metrics
         from ..core.io import read_json, write_csv
 
-        kind = read_json(a.run_config)["run"]["kind"]
-        table = evaluate(load_claims(a.registry), load_metrics(a.metrics), kind)
+        run = read_json(a.run_config)["run"]
+        table = evaluate(load_claims(a.registry), load_metrics(a.metrics), run["kind"],
+                         engine_claims=run.get("decides_engine_claims", True) is not False)
         write_csv(a.output, table, float_format="%.6g")
 
     p.set_defaults(func=run)
@@ -66,7 +67,8 @@ def _plan(sub) -> None:
             f"{proxy.label} through the simulator" if proxy else "no released traces found (give --traces)")
         name = str(full.resolve().relative_to(REPO)) if full.resolve().is_relative_to(REPO) else str(full)
         print(format_sized_plan(table, sizing, full_total, name, note, requests_table(sizing, cfg),
-                                coverage_by_group(claims, cfg)))
+                                coverage_by_group(claims, cfg),
+                                float((cfg.get("run") or {}).get("engine_start_s") or 0)))
 
     p.set_defaults(func=run)
 
@@ -134,6 +136,33 @@ def _run_falsify(a) -> None:
     run_falsify(a)
 
 
+def _add_engine_drafted(sub) -> None:
+    """``specrepro engine-drafted``: the draft hook's runs (controlled, oracle, hybrid) against the simulator."""
+    p = sub.add_parser("engine-drafted", help="the oracle, controlled and hybrid runs of one experiment next to the "
+                                              "simulator with the engine's accounting (calibration, bounds, hybrid)")
+    p.add_argument("--exp", required=True)
+    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables (no SD, fixed k) and draft jobs' points")
+    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
+    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
+    p.add_argument("--methods", nargs="+", required=True, help="the traced methods (the single methods)")
+    p.add_argument("--run-config", required=True, help="results/run_config.json (the experiment's jobs and draft jobs)")
+    p.add_argument("--cost-model", required=True)
+    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--calibration", required=True, help="controlled runs against the simulator (CSV)")
+    p.add_argument("--bounds", required=True, help="measured oracles (and fixed k) against the simulator (CSV)")
+    p.add_argument("--hybrid", required=True, help="per (dataset, B) and hybrid: measured, simulated, gap closed (CSV)")
+    p.add_argument("--shares", required=True, help="per hybrid point: the share of steps each proposer was chosen (CSV)")
+    p.add_argument("--summary", required=True, help="errors, the drafter's cost per step, the report's sentences (JSON)")
+    p.set_defaults(func=_run_engine_drafted)
+
+
+def _run_engine_drafted(a) -> None:
+    from .drafted import run_drafted
+
+    run_drafted(a)
+
+
 def _add_engine_simulate(sub) -> None:
     """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
     """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
@@ -185,5 +214,6 @@ def _run_sizing_study(a) -> None:
 
 def add_cli(sub) -> None:
     """Register this module's verbs."""
-    for add in (_claims, _plan, _add_k_schedule, _add_closed_loop, _add_falsify, _add_engine_simulate, _add_sizing_study,):
+    for add in (_claims, _plan, _add_k_schedule, _add_closed_loop, _add_falsify, _add_engine_drafted, _add_engine_simulate,
+                _add_sizing_study,):
         add(sub)

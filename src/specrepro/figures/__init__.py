@@ -52,6 +52,7 @@ MODULES = (
     "engine_sim_fig10",
     "engine_sim_fig12",
     "engine_sim_table",
+    "engine_hybrid_table",
     "engine_trends",
     "digitiser_table",
     "sizing_validation",

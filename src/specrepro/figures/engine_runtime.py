@@ -25,7 +25,8 @@ SPEC = FigureSpec(
         "the device the points ran on, points run and failed, and device-hours = (measured + load) x devices "
         "/ 3600, with devices the GPU count of the device string (GPU runs; CPU runs count one process as one "
         "CPU). Plan vs job: the job's estimate from `specrepro plan` (H100 cost model, every configuration charged "
-        "as no SD, scaled by weight bytes per GPU) against the job's measured wall time (load, warm-up and every "
+        "as no SD, scaled by weight bytes per GPU, plus the config's stated engine start per job, run.engine_start_s, "
+        "where it states one) against the job's measured wall time (load, warm-up and every "
         "point of its last run), in hours; shown for GPU runs only, since the plan estimates GPU time."
     ),
     paper_statement="The paper does not report run times; this table is for planning a rerun.",

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from . import FigureSpec, TraceContext
 from . import style
 from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
+from ._measured import load_bounds, plot_measured
 from ._sim import bs_axis, plot_policy, series
 
 SPEC = FigureSpec(
@@ -24,7 +25,11 @@ SPEC = FigureSpec(
         "with this experiment's own cost model, at its batch sizes; one row per method (each drafter with its own "
         "fitted drafting cost), fixed k = 1, 3, 5 against the oracle k. Bands: 95 % bootstrap intervals over the "
         "requests. The line above the panels gives the simulator's error against this run's measured speedups "
-        "(closed loop, table and figure before this one): read the bounds with it."
+        "(closed loop, table and figure before this one): read the bounds with it. Where the run measured the oracle "
+        "inside vLLM (the plugin's oracle drafter proposing the no-SD output's next tokens, as many as the trace "
+        "accepts, capped at its k), diamonds show that upper bound, measured (filled, 95 % interval) beside the "
+        "simulator's value for the same requests and B charged as the engine pays (open: the drafter's whole draft "
+        "every step)."
     ),
     paper_statement=(
         "Even an oracle that verifies only the tokens that will be accepted leaves a large gap above any fixed "
@@ -38,12 +43,15 @@ POLICIES = ("fixed-1", "fixed-3", "fixed-5", "oracle")
 
 def add_arguments(p) -> None:
     p.add_argument("--summary", required=True, help="results/simulator/engine-<exp>/upper_bounds.csv")
+    p.add_argument("--measured-bounds", help="results/simulator/engine-<exp>/measured_bounds.csv: vLLM's oracle "
+                                             "drafters beside the simulated bound (specrepro engine-drafted)")
     p.add_argument("--closed-loop", required=True, help="results/simulator/engine-<exp>/closed_loop.json")
 
 
 def build(args, ctx: TraceContext) -> None:
     style.apply()
     df = load(args.summary)
+    measured = load_bounds(getattr(args, "measured_bounds", None))
     props = methods(df)
     datasets = [d for d in ctx.datasets if d in set(df["dataset"])]
     fig, axes = plt.subplots(len(props), len(datasets), figsize=(style.FULL_WIDTH, 1.7 * len(props) + 0.7),
@@ -56,6 +64,7 @@ def build(args, ctx: TraceContext) -> None:
                 if s.empty:
                     continue
                 plot_policy(ax, s, pol)
+            plot_measured(ax, measured, ds, f"oracle-{prop}", "black")
             bs_axis(ax, sorted(df["batch_size"].unique()))
             if i == 0:
                 ax.set_title(wrap_label(ctx.dataset_label(ds)))
@@ -63,7 +72,11 @@ def build(args, ctx: TraceContext) -> None:
                 ax.set_xlabel("Batch size")
             if j == 0:
                 ax.set_ylabel(f"{proposer_label(prop)}\nspeedup")
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    seen = {}
+    for ax in axes.ravel():  # the measured bound may be on some panels only
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    handles, labels = list(seen.values()), list(seen)
     fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False)
     style.save_pdf(fig, args.output)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from . import FigureSpec, TraceContext
 from . import style
 from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
+from ._measured import load_bounds, plot_measured
 from ._sim import band, bs_axis, series
 from ..analysis.enginesim import best_fixed
 
@@ -23,7 +24,11 @@ SPEC = FigureSpec(
         "Oracle Combine, which verifies at every position the longest acceptance of all the experiment's proposers at "
         "n-gram's drafting cost (the paper's accounting), against each method's oracle (dotted) and the best of its "
         "fixed k = 1, 3, 5 at each batch size (solid). Band: 95 % bootstrap interval of Oracle Combine. The line above "
-        "the panels gives the simulator's error against this run's measured speedups."
+        "the panels gives the simulator's error against this run's measured speedups. Where the run measured Oracle "
+        "Combine inside vLLM (the plugin's oracle drafter with the better of n-gram's and the model drafter's "
+        "acceptance at each position, capped at its k, both drafters run every step), diamonds show that upper "
+        "bound, measured (filled, 95 % interval) beside the simulator's value for the same requests and B charged "
+        "as the engine pays (open)."
     ),
     paper_statement=(
         "Choosing the better proposer at every position would reach far above either single-method oracle (4.9x on "
@@ -35,12 +40,15 @@ SPEC = FigureSpec(
 
 def add_arguments(p) -> None:
     p.add_argument("--summary", required=True)
+    p.add_argument("--measured-bounds", help="results/simulator/engine-<exp>/measured_bounds.csv: vLLM's oracle "
+                                             "drafters beside the simulated bound (specrepro engine-drafted)")
     p.add_argument("--closed-loop", required=True)
 
 
 def build(args, ctx: TraceContext) -> None:
     style.apply()
     df = load(args.summary)
+    measured = load_bounds(getattr(args, "measured_bounds", None))
     props = methods(df)
     best = best_fixed(df)
     datasets = [d for d in ctx.datasets if d in set(df["dataset"])]
@@ -61,12 +69,17 @@ def build(args, ctx: TraceContext) -> None:
             ax.plot(s["batch_size"], s["speedup"], color=c, marker="*", linestyle=":", markersize=7,
                     label=proposer_label("combined"))
             band(ax, s, c)
+        plot_measured(ax, measured, ds, "oracle-combine", style.method_color("combined"))
         bs_axis(ax, sorted(df["batch_size"].unique()))
         ax.set_title(wrap_label(ctx.dataset_label(ds)))
         ax.set_xlabel("Batch size")
         if j == 0:
             ax.set_ylabel("Speedup")
-    handles, labels = axes[0].get_legend_handles_labels()
+    seen = {}
+    for ax in axes:  # the measured bound may be on some panels only
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    handles, labels = list(seen.values()), list(seen)
     fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
     style.save_pdf(fig, args.output)

@@ -47,6 +47,7 @@ FIGURES = {
     'fig10_sim_engine': ("Fig. 10: Simulated speedup on this run's traces: fixed k versus an oracle", 'engine_sim_fig10'),
     'fig12_sim_engine': ("Fig. 12: Oracle Combine on this run's traces", 'engine_sim_fig12'),
     'tab_sim_engine': ("Figs. 10, 12; beyond the paper: Upper bounds and beyond-paper policies on this run's traces", 'engine_sim_table'),
+    'tab_hybrid': ('Sec. 7 (beyond the paper): Choosing the proposer online inside vLLM: the hybrid, measured and simulated', 'engine_hybrid_table'),
     'tab_trends': ('Figs. 1, 4, 5; Sec. 4: Trend checks on a CPU stand-in', 'engine_trends'),
     'tab_digitiser': ("Figs. 1, 3, 10, 12: The paper's figures read independently", 'digitiser_table'),
     'tab_sizing_validation': ('--: Sizing a run from per-request variance, checked on the released traces', 'sizing_validation'),

@@ -7,7 +7,7 @@ import argparse
 
 PROPOSERS = ("ngram", "eagle", "combined", "suffix", "combined3")
 PAPER_POLICIES = ("fixed-1", "fixed-3", "fixed-5", "oracle")
-POLICIES = PAPER_POLICIES + ("adaptive", "batch-schedule")
+POLICIES = PAPER_POLICIES + ("adaptive", "batch-schedule", "ngram-first")
 #: proposers a batch-schedule policy (k by batch size) can drive
 SCHEDULED_PROPOSERS = ("ngram", "eagle", "suffix")
 COMBINE_COSTS = ("ngram", "winner", "both")  #: "ngram" = the paper's accounting
@@ -26,7 +26,7 @@ DEFAULT_K_CANDIDATES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 
 
 def is_policy(name: str) -> bool:
-    """``fixed-<k>`` (k >= 1), ``oracle``, ``adaptive`` or ``batch-schedule``."""
+    """``fixed-<k>`` (k >= 1), ``oracle``, ``adaptive``, ``batch-schedule`` or ``ngram-first``."""
     if name in POLICIES:
         return True
     head, _, k = name.partition("-")

@@ -30,7 +30,26 @@ def upper_bound_targets():
     bounds (report order)."""
     out = ["figures/tab_closed_loop_summary-engine.tex"] if UPPER_BOUND_EXPERIMENTS else []
     return out + [f"figures/{n.replace('.', f'-engine-{x}.')}" for x in UPPER_BOUND_FIGURE_EXPERIMENTS
-                  for n in UPPER_BOUND_OUTPUTS]
+                  for n in UPPER_BOUND_OUTPUTS] + [f"figures/tab_hybrid-engine-{x}.tex" for x in HYBRID_EXPERIMENTS
+                                                   if x in UPPER_BOUND_FIGURE_EXPERIMENTS]
+
+
+# --- the draft jobs (workflow/rules/drafts.smk) against the simulator: specrepro engine-drafted -------------------
+
+# experiments with draft jobs (oracle, controlled, hybrid) and upper bounds; those with a hybrid job
+DRAFTED_EXPERIMENTS = [x for x in UPPER_BOUND_EXPERIMENTS if any(e == x for e, _ in DRAFT_JOBS)]
+HYBRID_EXPERIMENTS = [x for x in DRAFTED_EXPERIMENTS
+                      if any(e == x and j["mode"] == "hybrid" for (e, _), j in DRAFT_JOBS.items())]
+
+
+def drafted_points(exp):
+    """The draft jobs' points of one experiment (specrepro draft-bench)."""
+    return [_drafts.DRAFT_OUTPUT.format(exp=exp, config=c) for e, c in DRAFT_JOBS if e == exp]
+
+
+def measured_bounds(wc):
+    """engine-drafted's bounds table where the experiment ran draft jobs (Figs. 10/12 draw the measured bound)."""
+    return [f"results/simulator/engine-{wc.exp}/measured_bounds.csv"] if wc.exp in DRAFTED_EXPERIMENTS else []
 
 
 def costfit_targets():

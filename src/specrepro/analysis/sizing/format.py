@@ -49,7 +49,8 @@ def joint_expectation(sizing: pd.DataFrame) -> dict:
 
 def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_total: float | None,
                       full_name: str = "config/paper.yaml", spread_note: str = "",
-                      requests: pd.DataFrame | None = None, coverage: pd.DataFrame | None = None) -> str:
+                      requests: pd.DataFrame | None = None, coverage: pd.DataFrame | None = None,
+                      engine_start_s: float = 0) -> str:
     """The plan (one line per engine job: experiment, job, configuration, GPUs, points, estimated GPU-hours) with,
     under each job, the engine claims it measures, their expected 95 % half-widths, the probability each is decided
     and the trace that stood in for its spread; then every headline claim the config drops (with the config's
@@ -113,4 +114,6 @@ def format_sized_plan(plan: pd.DataFrame, sizing: pd.DataFrame | None, full_tota
                  "lengths = datasets.<d>.expected_output_tokens, else the output cap. Expected half-widths: 95 % "
                  f"intervals over the job's requests at {100 * (SPREAD_MARGIN - 1):.0f} % more than the estimated spread; "
                  "p: the probability the claim is decided at the estimated spread; specrepro.analysis.sizing)")
+    lines.append(f"(engine start: {engine_start_s:g} s charged per job, run.engine_start_s, a stated assumption)"
+                 if engine_start_s else "(engine start not charged: the config sets no run.engine_start_s)")
     return "\n".join(lines)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ...core.costmodel import CostModel
 from ...core.errors import SpecReproError
-from ...core.policy import AdaptiveParams, adaptive_choice, observe as _observe
+from ...core.policy import AdaptiveParams, adaptive_choice, ngram_first, observe as _observe
 from .workload import SimSpec
 
 
@@ -86,13 +86,22 @@ def walk(acc: Sequence[np.ndarray], cap: int | None) -> tuple[np.ndarray, np.nda
 
 
 def _fixed_or_oracle_steps(spec: SimSpec, acc, ng, ea) -> Steps:
-    cap = None if spec.k is None else spec.k + 1
+    engine = spec.engine_k is not None
+    cap = (spec.engine_k + 1 if engine else None) if spec.k is None else spec.k + 1
     r, pos = walk(acc, cap)
     flat, off = _flat(acc)
     a = flat[off[r] + pos]
-    inp = a if cap is None else np.full(a.size, cap, dtype=np.int64)
+    # the oracle verifies exactly what is accepted (at most engine_k + 1 in the engine); fixed k verifies k + 1
+    inp = (a if cap is None else np.minimum(a, cap)) if spec.k is None else np.full(a.size, cap, dtype=np.int64)
     produced = np.minimum(a, inp)
     n = a.size
+    if engine:
+        # vLLM's drafters ran every step whatever the oracle verified: the lookup, the model drafter's whole draft
+        gen = 1 + _exclusive_cumsum_by(r, produced)
+        ngram_w = np.ones(n) if spec.proposer in ("ngram", "combined") else np.zeros(n)
+        eagle_w = np.ones(n) if spec.proposer in ("eagle", "combined") else np.zeros(n)
+        return Steps(r, gen, inp, produced, ngram_w, eagle_w, np.zeros(n, dtype=bool),
+                     np.full(n, spec.engine_k + 1, dtype=np.int64))
     if spec.proposer == "ngram":
         ngram_w = (inp > 1).astype(np.float64)  # a step verifying only 1 token drafted nothing
         eagle_w = np.zeros(n)
@@ -167,8 +176,45 @@ def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost:
                  np.zeros(c["request"].size, dtype=bool), eagle_in)
 
 
+def ngram_matched(ng, match_prob: float, seed: int) -> list[np.ndarray]:
+    """Whether the n-gram lookup proposed anything at each position: surely where its trace accepted a token
+    (``acc_len > 1``), else with probability ``match_prob``, one draw per request and position from
+    ``numpy.random.default_rng(seed)`` (the same for all copies of a request: they make the same lookup)."""
+    u = np.random.default_rng(seed).random(int(sum(a.size for a in ng)))
+    out, i = [], 0
+    for a in ng:
+        out.append((a > 1) | (u[i:i + a.size] < match_prob))
+        i += a.size
+    return out
+
+
+def _ngram_first_steps(spec: SimSpec, ng, ea) -> Steps:
+    """vLLM PR #24344's rule (:func:`specrepro.core.policy.ngram_first`) with ``k = adaptive.eagle_k_max``: n-gram's
+    ``k``-token draft where its lookup matched (:func:`ngram_matched`), else the model drafter's ``k`` tokens. The
+    lookup is charged every step; the model drafter as ``adaptive.drafter_charge`` says (``full``: the engine's)."""
+    params = spec.adaptive
+    k_max = int(params.eagle_k_max)
+    matched = ngram_matched(ng, spec.ngram_match_prob, spec.seed)
+    fng, off = _flat(ng)
+    fea, _ = _flat(ea)
+    fm = np.concatenate(matched) if matched else np.zeros(0, dtype=bool)
+    # the proposal n-gram makes where it matched is k tokens (vLLM's lookup proposes k after the match)
+    use_ng, k = ngram_first(np.where(fm, k_max, 0), k_max)
+    jump = np.where(use_ng, np.minimum(fng, k + 1), np.minimum(fea, k + 1))
+    r, pos = walk([jump[off[i]:off[i + 1]] for i in range(len(ng))], None)
+    idx = off[r] + pos
+    ngm, kk = use_ng[idx], k[idx]
+    produced = jump[idx]
+    n = r.size
+    eagle_in = params.drafter_input(~ngm, kk).astype(np.int64)
+    return Steps(r, 1 + _exclusive_cumsum_by(r, produced), kk + 1, produced, np.ones(n),
+                 (eagle_in > 0).astype(np.float64), np.zeros(n, dtype=bool), eagle_in)
+
+
 def decode_steps(spec: SimSpec, acc, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
     """The decode steps of every request; only the adaptive policy's depend on ``B`` and the cost."""
     if spec.policy == "adaptive":
         return _adaptive_steps(spec.adaptive, ng, ea, P, B, cost)
+    if spec.policy == "ngram-first":
+        return _ngram_first_steps(spec, ng, ea)
     return _fixed_or_oracle_steps(spec, acc, ng, ea)

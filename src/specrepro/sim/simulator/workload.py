@@ -105,6 +105,10 @@ class SimSpec:
     adaptive: AdaptiveParams = AdaptiveParams()
     #: batch-schedule policy: vLLM's num_speculative_tokens_per_batch_size, ((start, end, k), ...)
     schedule: tuple = ()
+    #: the engine's accounting (vLLM's oracle drafter, issue 22): the engine ran with ``num_speculative_tokens =
+    #: engine_k``, so an oracle step verifies at most ``engine_k + 1`` tokens, the model drafter is charged its whole
+    #: ``engine_k``-token draft every step and the n-gram lookup every step. None: the paper's accounting
+    engine_k: int | None = None
 
     def __post_init__(self) -> None:
         if self.proposer not in PROPOSERS:
@@ -120,8 +124,14 @@ class SimSpec:
         if self.proposer == "combined3" and (self.policy != "oracle" or self.combine_cost != "ngram"):
             raise SpecReproError("proposer 'combined3' (Oracle Combine of n-gram, EAGLE, suffix) takes policy 'oracle' "
                                  "with the paper's drafting cost only")
-        if self.proposer == "combined" and self.policy not in ("oracle", "adaptive"):
-            raise SpecReproError(f"proposer 'combined' takes policy 'oracle' or 'adaptive', not {self.policy!r}")
+        if self.proposer == "combined" and self.policy not in ("oracle", "adaptive", "ngram-first"):
+            raise SpecReproError(f"proposer 'combined' takes policy 'oracle', 'adaptive' or 'ngram-first', not {self.policy!r}")
+        if self.policy == "ngram-first" and self.proposer != "combined":
+            raise SpecReproError("policy 'ngram-first' chooses the proposer itself: use it with --proposer combined")
+        if self.engine_k is not None and (self.engine_k < 1 or self.policy != "oracle"):
+            raise SpecReproError("engine_k (the engine's accounting) applies to policy 'oracle' with k >= 1 only")
+        if self.engine_k is not None and self.proposer == "combined" and self.combine_cost != "both":
+            raise SpecReproError("the engine's Oracle Combine runs both drafters every step: combine_cost 'both'")
         if self.policy == "adaptive" and self.proposer != "combined":
             raise SpecReproError("policy 'adaptive' chooses the proposer itself: use it with --proposer combined")
         if self.combine_cost not in COMBINE_COSTS:
