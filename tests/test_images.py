@@ -137,6 +137,10 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
     cfg = copy.deepcopy(paper)
     cfg["experiments"][4]["container"] = "v0111"
     assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
+        'config error: experiments[4].container = "v0111"'] * 3  # the paper's head is raised: no position problem
+    cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings")
+    cfg["experiments"][0]["engine_settings"] = {"max_model_len": 2048}  # the unraised head's experiment capped
+    assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
         'config error: experiments[4].container = "v0111"'] * 3 + [
         f"config error: experiments[4].methods[{j}] = eagle3: its head has max_position_embeddings 2048 "
         "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is the target model default on vLLM "
