@@ -216,14 +216,19 @@ def test_an_eagle_head_past_its_positions_stops_the_config():
     """Issue 15 item 3: the Llama-3.1 EAGLE-3 head (and its stand-in) serves 2048 positions; a context beyond them
     on an engine that does not raise them is a config error, on GPU and CPU alike."""
     cfg = load("paper.yaml")
-    assert cfg["experiments"][0]["engine_settings"]["max_model_len"] == 2048
-    cfg["experiments"][0]["engine_settings"]["max_model_len"] = 4096
+    # issue 21 item 3: the head is served with raised positions, so the experiment runs uncapped
+    head = cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"]
+    assert "engine_settings" not in cfg["experiments"][0] and head["raise_max_position_embeddings"] is True
+    check_config(cfg)
+    del head["raise_max_position_embeddings"]
+    cfg["experiments"][0]["engine_settings"] = {"max_model_len": 4096}
     with pytest.raises(ConfigError) as exc:
         check_config(cfg)
     assert str(exc.value) == (
         "config error: experiments[0].methods[4] = eagle3: its head has max_position_embeddings 2048 "
         "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is 4096 on vLLM 0.10.1.1, which does not "
-        "raise the head's positions; set experiments[0].engine_settings.max_model_len: 2048")
+        "raise the head's positions; set experiments[0].engine_settings.max_model_len: 2048, or "
+        "models.llama3.1-8b.drafters.eagle3.raise_max_position_embeddings: true")
     cpu = load("cpu.yaml")
     cpu["engine"]["max_model_len"] = 4096
     with pytest.raises(ConfigError) as exc:

@@ -61,13 +61,20 @@ def test_released_traces_counted_as_from_the_jsonl():
 def test_engine_jobs_and_their_handling():
     cfg = _paper()
     t = engine_rows(cfg).set_index(["exp", "config"])
-    assert t.loc[("llama3.1-8b", "eagle3-k3"), "handling"] == "capped: max_model_len 2048"
+    raised = "raised: head served with the target's context"  # engine.run.llm.served_drafter, on every engine
+    assert t.loc[("llama3.1-8b", "eagle3-k3"), "handling"] == raised
     assert t.loc[("llama3.1-8b", "eagle3-k3"), "engine"] == "vLLM 0.10.1.1"
-    assert t.loc[("llama3.1-8b-today", "eagle3-k10-bs"), "handling"] == "raised by the engine"
+    assert pd.isna(t.loc[("llama3.1-8b", "eagle3-k3"), "max_model_len"])  # uncapped since issue 21
+    assert t.loc[("llama3.1-8b-today", "eagle3-k10-bs"), "handling"] == raised
     assert len(t) == 3  # the EAGLE-1 and AngelSlim heads declare no max_position_embeddings
-    old = copy.deepcopy(cfg)
-    old["experiments"][0].pop("engine_settings")
-    assert engine_rows(old).iloc[0]["handling"].startswith("NOT HANDLED")
+    old = copy.deepcopy(cfg)  # the head served with its own 2048 positions
+    old["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings")
+    t = engine_rows(old).set_index(["exp", "config"])
+    assert t.loc[("llama3.1-8b", "eagle3-k3"), "handling"].startswith("NOT HANDLED")
+    assert t.loc[("llama3.1-8b-today", "eagle3-k10-bs"), "handling"] == "raised by the engine"
+    old["experiments"][0]["engine_settings"] = {"max_model_len": 2048}
+    assert engine_rows(old).set_index(["exp", "config"]).loc[("llama3.1-8b", "eagle3-k3"), "handling"] == \
+        "capped: max_model_len 2048"
 
 
 def test_table_builds(tmp_path):
@@ -84,4 +91,4 @@ def test_table_builds(tmp_path):
                      str(tmp_path / "p.parquet"), "--csv", str(tmp_path / "t.csv"), "-o", str(out)]) == 0
     tex = out.read_text()
     assert r"CNN/DailyMail & 96,856 & 4,431 & 4.6\% & 300 & 15 & 3 & 3.43 / 2.82 \\" in tex
-    assert r"llama3.1-8b & eagle3-k3 & vLLM 0.10.1.1 & 2048 & 2048 & 8192 & capped: max\_model\_len 2048 \\" in tex
+    assert r"llama3.1-8b & eagle3-k3 & vLLM 0.10.1.1 & 2048 & -- & 8192 & raised: head served with the target's context \\" in tex

@@ -77,6 +77,9 @@ def test_paper_config_chooses_the_papers_engines(paper):
 def _single_image(paper, name):
     cfg = copy.deepcopy(paper)
     cfg["engine"]["container"] = name
+    # as before issue 21: the Llama-3.1 EAGLE-3 head served with its own 2048 positions
+    cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings", None)
+    cfg["experiments"][0]["engine_settings"] = {"max_model_len": 2048}  # and its experiment capped at them
     for e in cfg["experiments"]:
         e.pop("container", None)
         for m in e["methods"]:
@@ -109,7 +112,8 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
     ] + [  # today's EAGLE-3 jobs at the target's context: 0.10.1.1 does not raise the head's 2048 positions
         f"config error: experiments[4].methods[{j}] = eagle3: its head has max_position_embeddings 2048 "
         "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is the target model default on vLLM "
-        "0.10.1.1, which does not raise the head's positions; set experiments[4].engine_settings.max_model_len: 2048"
+        "0.10.1.1, which does not raise the head's positions; set experiments[4].engine_settings.max_model_len: 2048, or "
+        "models.llama3.1-8b.drafters.eagle3.raise_max_position_embeddings: true"
         for j in (2, 3)]
     assert config_problems(paper) == []
     # moved to the latest image, the draft jobs are refused (0.34.0 has no draft-substitution hook): that, and only that
@@ -133,10 +137,15 @@ def test_a_method_its_image_cannot_run_stops_the_config(paper):
     cfg = copy.deepcopy(paper)
     cfg["experiments"][4]["container"] = "v0111"
     assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
+        'config error: experiments[4].container = "v0111"'] * 3  # the paper's head is raised: no position problem
+    cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings")
+    cfg["experiments"][0]["engine_settings"] = {"max_model_len": 2048}  # the unraised head's experiment capped
+    assert [p.split(": experiment llama3.1-8b-today ")[0] for p in config_problems(cfg)] == [
         'config error: experiments[4].container = "v0111"'] * 3 + [
         f"config error: experiments[4].methods[{j}] = eagle3: its head has max_position_embeddings 2048 "
         "(models.llama3.1-8b.drafters.eagle3) but the experiment's context is the target model default on vLLM "
-        "0.11.1, which does not raise the head's positions; set experiments[4].engine_settings.max_model_len: 2048"
+        "0.11.1, which does not raise the head's positions; set experiments[4].engine_settings.max_model_len: 2048, or "
+        "models.llama3.1-8b.drafters.eagle3.raise_max_position_embeddings: true"
         for j in (2, 3)]
 
 

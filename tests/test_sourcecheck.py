@@ -122,6 +122,8 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
     (their k = 20 trace jobs too), every job of the Qwen3-8B EAGLE-3 head (its class is not registered in 0.10.1.1)
     and today's EAGLE-3 jobs (their head's 2048 positions, uncapped on an engine that does not raise them)."""
     cfg = copy.deepcopy(paper)
+    cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings", None)  # before issue 21
+    cfg["experiments"][0]["engine_settings"] = {"max_model_len": 2048}  # and its experiment capped at them
     for e in cfg["experiments"]:
         e.pop("container", None)
         for m in e["methods"]:
@@ -257,12 +259,13 @@ def _todays(paper):
     """config/paper.yaml as it was before these checks: Qwen3-8B thinking on the default image (vLLM 0.10.1.1),
     llama3.1-8b at the target's context."""
     cfg = copy.deepcopy(paper)
+    cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings", None)
     for e in cfg["experiments"]:
         if e["name"] == "qwen3-8b-thinking":
             for key in ("container", "engine_reason"):
                 e.pop(key)
         if e["name"] == "llama3.1-8b":
-            e.pop("engine_settings")
+            e.pop("engine_settings", None)
     return cfg
 
 
@@ -403,9 +406,11 @@ def test_an_eagle_head_past_its_positions_is_caught(paper, records, tmp_path):
     assert pos == ["results/engine/llama3.1-8b/bench/eagle3-k3.parquet",
                    "results/engine/llama3.1-8b/profile/eagle3-k3.timings.parquet",
                    "results/engine/llama3.1-8b/traces/eagle3.jsonl"]
-    for r in records:
+    for r in records:  # issue 21 item 3: uncapped, the head served with raised positions (accepted)
         if r["experiment"] == "llama3.1-8b":
-            assert r["llm_kwargs"]["max_model_len"] == 2048, r["job"]
+            assert "max_model_len" not in r["llm_kwargs"], r["job"]
+            assert r["drafter_raise_max_position_embeddings"] == (r["method"] == "eagle3"), r["job"]
+    assert [p for p in check_records(records)[0] if "max_position_embeddings" in p] == []
     today = _one(records, "results/engine/llama3.1-8b-today/bench/eagle3-k3.parquet")
     assert "max_model_len" not in today["llm_kwargs"] and check_job(today, pinned_vllm_facts("0.34.0")) == []
 

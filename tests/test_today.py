@@ -426,7 +426,14 @@ def test_today_jobs_pass_the_source_check_of_their_engine_and_fail_on_the_older_
         old = [{**r, "image": image, "vllm_version": version} for r in records]
         problems, _ = check_records(old)
         refused = {p.split(":", 1)[0].split("/")[-1].removesuffix(".parquet") for p in problems}
-        # eagle3-k3 too: its head's 2048 positions, which neither older vLLM raises (issue 15 item 3)
+        # eagle3-k3 passes: its head is served with raised positions (engine.run.llm.served_drafter, issue 21)
+        assert refused == {"eagle3-k10-bs", "suffix-k3", "suffix-k19-bs"}, (version, problems)
+    # served with its own 2048 positions, the uncapped eagle3-k3 is refused too: neither older vLLM raises them
+    cfg["models"]["llama3.1-8b"]["drafters"]["eagle3"].pop("raise_max_position_embeddings")
+    unraised = [r for r in engine_args(cfg, tmp_path) if r["rule"] == "engine_bench"]
+    for image, version in (("paper", "0.10.1.1"), ("v0111", "0.11.1")):
+        problems, _ = check_records([{**r, "image": image, "vllm_version": version} for r in unraised])
+        refused = {p.split(":", 1)[0].split("/")[-1].removesuffix(".parquet") for p in problems}
         assert refused == {"eagle3-k3", "eagle3-k10-bs", "suffix-k3", "suffix-k19-bs"}, (version, problems)
 
 

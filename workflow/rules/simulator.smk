@@ -178,6 +178,23 @@ rule tab_head_positions:
         " --requests {input.requests} --positions {input.positions} --csv {output.csv} -o {output.tex} 2> {log}"
 
 
+rule fig_head_positions:
+    """EAGLE acceptance by context position, before and past the EAGLE-3 head's max_position_embeddings."""
+    input:
+        config=RUN_CONFIG,
+        requests=trace_tables("requests"),
+        positions=trace_tables("positions"),
+    output:
+        "figures/fig_head_positions-{traceset}.pdf",
+    log:
+        "logs/figures/fig_head_positions-{traceset}.log",
+    conda:
+        "../../envs/analysis.yaml"
+    shell:
+        "specrepro figure fig_head_positions --run-config {input.config} --subject {wildcards.traceset}"
+        " --requests {input.requests} --positions {input.positions} -o {output} 2> {log}"
+
+
 rule tab_ngram_agreement:
     input:
         config=RUN_CONFIG,

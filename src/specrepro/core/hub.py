@@ -13,6 +13,7 @@ LFS SHA-256, or its git blob SHA-1 for small files), so a damaged cache stops th
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -234,3 +235,23 @@ def hf_token(token_file: str | None) -> str | None:
     if not tok and token_file and Path(token_file).is_file():
         tok = Path(token_file).read_text().strip() or None
     return tok
+
+
+def config_view(model_dir: str | os.PathLike, changes: Mapping[str, Any], view_dir: str | os.PathLike) -> Path:
+    """``view_dir``: a folder of links to every file of ``model_dir`` except ``config.json``, which is the model's
+    with ``changes`` over it (the model served with a few config fields changed, its weights untouched). Made
+    again when it exists (same content for the same arguments)."""
+    src, view = Path(model_dir), Path(view_dir)
+    cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    view.mkdir(parents=True, exist_ok=True)
+    for f in sorted(src.iterdir()):
+        link = view / f.name
+        if f.name == "config.json":
+            continue
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(f.resolve())
+    tmp = view / "config.json.tmp"
+    tmp.write_text(json.dumps({**cfg, **changes}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(view / "config.json")
+    return view

@@ -22,6 +22,7 @@ MODULES = (
     "request_span",
     "acceptance_table",
     "head_positions",
+    "head_positions_figure",
     "sim_ngram_table",
     "sim_fig10",
     "sim_fig12",

@@ -14,13 +14,15 @@ from pathlib import Path
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ..jobspec.images import ASYNC_SCHEDULING_DEFAULT, engine_table, engine_text, trace_image
+from ..jobspec.images import (
+    ASYNC_SCHEDULING_DEFAULT, EXTENDS_DRAFT_POSITIONS, engine_table, engine_text, image_engine, job_image, trace_image,
+)
 from ..jobspec.jobs import engine_jobs
 from ..engine.results.metrics import config_label_text
 from ..core.io import SpecReproError, read_json, write_csv, write_text
 from ..core.latex import grouped_rows, tex_breakable, tex_escape
 from ..config import GPU_ONLY_METHODS, load_paper_config
-from ..jobspec.args import experiment_configs
+from ..jobspec.args import METHOD_LABELS, experiment_configs
 
 SPEC = FigureSpec(
     name="tab_engine_jobs",
@@ -131,12 +133,35 @@ def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
     return t
 
 
+def raised_head_notes(run_config: dict) -> list[str]:
+    """One LaTeX line per experiment whose EAGLE head is served with raised positions (a deviation on every engine:
+    the paper's was not defined past the head's own positions)."""
+    out = []
+    for exp in run_config.get("experiments", []) or []:
+        heads = (run_config.get("models", {}).get(exp.get("model"), {}).get("drafters") or {})
+        for method in dict.fromkeys(m["method"] for m in exp.get("methods", [])):
+            h = heads.get(method) or {}
+            image = job_image(run_config, exp, method)
+            if image and EXTENDS_DRAFT_POSITIONS.get(image_engine(image)[1]):  # the engine raises it itself
+                continue
+            if method in ("eagle", "eagle3") and h.get("raise_max_position_embeddings") and h.get("max_position_embeddings"):
+                repo = ((h.get("source") or {}).get("hf") or {}).get("repo") or method
+                m = int(h["max_position_embeddings"])
+                out.append(rf"\noindent\emph{{{tex_escape(exp['name'])}}}: its {tex_escape(METHOD_LABELS.get(method, method))} "
+                           rf"head ({tex_escape(repo)}) is served with max\_position\_embeddings raised from {m} to the "
+                           rf"target's max\_model\_len, as vLLM 0.33/0.34 do themselves: well defined past position {m}, "
+                           r"where the paper's engine (vLLM 0.10.1.1, rotary table of the head's own size) was not; "
+                           rf"positions below {m} are unchanged.")
+    return out
+
+
 def _notes(t: pd.DataFrame, run_config: dict) -> list[str]:
     """LaTeX paragraphs under the table: each deviation's reason, the scheduling by job kind, GPU-only configurations."""
     out = []
     why = t[t["deviation"].map(lambda d: isinstance(d, str) and ": " in d.split(" -> ", 1)[-1])]
     for (exp, dev), g in why.groupby(["exp", "deviation"], sort=False):
         out.append(rf"\noindent\emph{{{tex_escape(exp)}}}: {tex_escape(dev)}.")
+    out += raised_head_notes(run_config)
     vllm = t[t["scheduling"].notna()]
     if not vllm.empty:
         kinds = []

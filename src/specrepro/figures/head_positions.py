@@ -5,9 +5,11 @@ The released traces' EAGLE-3 head (``released_traces.eagle_head``: yuhuili/EAGLE
 2048 positions while the paper's jobs generate up to 8192 tokens. Past them vLLM 0.10.1.1 reads the head's
 rotary table out of bounds, 0.11.1 stops drafting for the whole batch, 0.34.0 raises the head's positions to
 the target's context (``specrepro.jobspec.images.EXTENDS_DRAFT_POSITIONS``, read from each sdist). This artifact
-runs such a head's experiment at ``max_model_len`` = M on the engines that do not (every method alike; prompts
-of M tokens or more are not drawn): the table shows, from the released traces, how much of each dataset that
-cuts, and lists each engine job of the config that runs an EAGLE head with a known M and its handling.
+serves a head with ``raise_max_position_embeddings`` with its positions raised to the target's context on every
+engine (:func:`specrepro.engine.run.llm.served_drafter`), or runs its experiment at ``max_model_len`` = M (every
+method alike; prompts of M tokens or more are not drawn): the table shows, from the released traces, how much of
+each dataset lies past M and EAGLE's acceptance before and past it, and lists each engine job of the config that
+runs an EAGLE head with a known M and its handling.
 
 Position ``i`` (0-based) of a request with a ``P``-token prompt sits at context ``P + i``; it is past the head
 when ``P + i >= M``, so a request has ``max(0, min(G, P + G - M))`` such positions among its ``G``.
@@ -37,8 +39,8 @@ SPEC = FigureSpec(
         "positions, the requests that reach M and those whose prompt alone does (not drawn where a job runs at "
         "max_model_len M), and the mean EAGLE acceptance length before and past M within the requests that cross "
         "it. Below: every engine job of this config that runs an EAGLE head with a known M, its engine and what it "
-        "does past M (capped: the experiment's max_model_len is at most M, for all its methods; raised: the engine "
-        "extends the head's positions itself)."
+        "does past M (capped: the experiment's max_model_len is at most M, for all its methods; raised: the head is "
+        "served with max_position_embeddings raised to the target's context, or the engine extends it itself)."
     ),
     paper_statement=(
         "The paper's Llama-3.1-8B runs generate up to 8192 tokens with an EAGLE-3 head trained on 2048 positions, "
@@ -100,6 +102,8 @@ def engine_rows(cfg: dict) -> pd.DataFrame:
             version = image_vllm_version(image) if image else None
             if mml and int(mml) <= int(limit):
                 handling = f"capped: max_model_len {int(mml)}"
+            elif (drafters.get(job["method"]) or {}).get("raise_max_position_embeddings"):
+                handling = "raised: head served with the target's context"
             elif EXTENDS_DRAFT_POSITIONS.get(version or ""):
                 handling = "raised by the engine"
             else:

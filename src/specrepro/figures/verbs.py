@@ -17,6 +17,7 @@ FIGURES = {
     'fig07_request_span': ('Fig. 7: Per-request mean acceptance length', 'request_span'),
     'tab_acceptance_stats': ('Figs. 5-7, 11: Acceptance statistics', 'acceptance_table'),
     'tab_head_positions': ("Sec. 3 (setup), Figs. 1, 5: Positions past the EAGLE-3 head's context", 'head_positions'),
+    'fig_head_positions': ("Sec. 3 (setup), Fig. 5: EAGLE acceptance past the EAGLE-3 head's positions", 'head_positions_figure'),
     'tab_ngram_agreement': ('Figs. 5, 10: n-gram traces recomputed from tokens', 'sim_ngram_table'),
     'fig10_sim_speedup': ('Fig. 10: Simulated speedup: fixed k versus an oracle', 'sim_fig10'),
     'fig12_oracle_combine': ('Fig. 12: Oracle Combine: the best proposer at every position', 'sim_fig12'),

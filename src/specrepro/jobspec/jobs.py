@@ -62,8 +62,10 @@ def drafter_of(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str) -> d
 
 
 #: keys of a drafter entry a job's spec carries (``architecture`` and ``max_position_embeddings``: checked against the
-#: drafter's config.json before the engine starts)
-SPEC_DRAFTER_KEYS = ("method_name", "max_model_len", "architecture", "max_position_embeddings")
+#: drafter's config.json before the engine starts; ``raise_max_position_embeddings``: the job serves the head with its
+#: positions raised to the target's context, specrepro.engine.run.llm.served_drafter)
+SPEC_DRAFTER_KEYS = ("method_name", "max_model_len", "architecture", "max_position_embeddings",
+                     "raise_max_position_embeddings")
 
 
 def _spec_drafter(cfg: Mapping[str, Any], exp: Mapping[str, Any], method: str) -> dict:
@@ -417,6 +419,7 @@ def _architecture_fields(cfg: Mapping[str, Any], exp: Mapping[str, Any], method:
         "drafter_architecture": drafter.get("architecture") if drafter.get("source") else None,
         "drafter_architecture_found": first(djson),
         "drafter_max_position_embeddings": drafter.get("max_position_embeddings"),
+        "drafter_raise_max_position_embeddings": bool(drafter.get("raise_max_position_embeddings")),
         "drafter_max_position_embeddings_found": (djson or {}).get("max_position_embeddings"),
     }
 

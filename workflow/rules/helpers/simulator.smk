@@ -8,6 +8,7 @@ SIM = config.get("simulator", {})
 SIM_TRACE_SETS = [RELEASED["name"]] if SIM else []
 SIMULATOR_OUTPUTS = [
     "tab_head_positions",
+    "fig_head_positions",
     "tab_ngram_agreement",
     "fig10_sim_speedup",
     "fig12_oracle_combine",

@@ -651,14 +651,15 @@ def _model_problems(rec: Mapping[str, Any], facts: VllmFacts, kw: Mapping[str, A
     if rec.get("drafter_max_position_embeddings") and found_pos and found_pos != rec["drafter_max_position_embeddings"]:
         out.append(f"models.{model}.drafters.{method}.max_position_embeddings = {rec['drafter_max_position_embeddings']}"
                    f" but the downloaded config.json says {found_pos}: set it to {found_pos}")
-    if method in ("eagle", "eagle3") and m_pos and not facts.extends_draft_positions:
+    raised = rec.get("drafter_raise_max_position_embeddings")  # served with the target's context (served_drafter)
+    if method in ("eagle", "eagle3") and m_pos and not facts.extends_draft_positions and not raised:
         mml = kw.get("max_model_len")
         if mml is None or int(mml) > int(m_pos):
             reach = mml or "the target's max_model_len"
             out.append(f"the {method} head ({rec.get('drafter_source') or 'drafter'}) has max_position_embeddings "
                        f"{m_pos} and the job's context may reach {reach}; this vLLM does not raise a draft's positions "
                        f"to the target's (SpeculativeConfig): set engine_settings.max_model_len of experiment "
-                       f"{rec.get('experiment')} to {m_pos} or less")
+                       f"{rec.get('experiment')} to {m_pos} or less, or raise_max_position_embeddings: true on the head")
     return out
 
 

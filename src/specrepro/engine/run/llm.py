@@ -4,12 +4,16 @@ modules that drive it)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
+from pathlib import Path
 from typing import Any, Mapping
 
 from ...core.engines import import_vllm
 from ...core.errors import SpecReproError
+from ...core.hub import config_view
 from ...jobspec.args import BenchSpec, declared_model_problems, engine_kwargs
 from ...jobspec.trees import VLLM_TREE_ENV
 
@@ -22,17 +26,69 @@ def apply_engine_env(spec: BenchSpec) -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 
+#: rope types whose rotary table ``max_position_embeddings`` only sizes (a position's angles do not depend on it):
+#: the ones vLLM 0.34.0 raises a draft's positions for (``_CACHE_ONLY_ROPE_TYPES`` of vllm/config/speculative.py)
+CACHE_ONLY_ROPE_TYPES = ("default", "linear", "llama3", "ntk", "proportional")
+
+
+def _rope_type(cfg: Mapping[str, Any]) -> str:
+    rope = cfg.get("rope_scaling") or {}
+    return str(rope.get("rope_type") or rope.get("type") or "default")
+
+
+def raised_positions(drafter_cfg: Mapping[str, Any], target_cfg: Mapping[str, Any], max_model_len: int | None) -> int | None:
+    """The ``max_position_embeddings`` a head is served with: the target's context (the job's ``max_model_len``,
+    else the target's ``max_position_embeddings``, vLLM's default for rope types that do not stretch it) where it
+    exceeds the head's own; None where the head already covers it. Refused for a head whose rope type depends on
+    that field (its angles below the old limit would change)."""
+    own = drafter_cfg.get("max_position_embeddings")
+    if max_model_len:
+        want = int(max_model_len)
+    elif _rope_type(target_cfg) in ("default", "llama3"):
+        want = target_cfg.get("max_position_embeddings")
+    else:
+        raise SpecReproError(f"the target's rope type {_rope_type(target_cfg)} stretches its context: set the "
+                             "experiment's engine_settings.max_model_len to raise the head's positions to")
+    if not own or not want or int(own) >= int(want):
+        return None
+    if _rope_type(drafter_cfg) not in CACHE_ONLY_ROPE_TYPES:
+        raise SpecReproError(f"the head's rope type {_rope_type(drafter_cfg)} depends on max_position_embeddings: its "
+                             f"positions cannot be raised from {own} (types that allow it: {', '.join(CACHE_ONLY_ROPE_TYPES)})")
+    return int(want)
+
+
+def served_drafter(spec: BenchSpec, model_dir: str, drafter_dir: str | None, log=None) -> str | None:
+    """The drafter folder vLLM loads: ``drafter_dir``, or for a head with ``raise_max_position_embeddings`` whose
+    positions fall short of the target's context a folder of links to it whose config.json has them raised
+    (:func:`raised_positions`; under the temporary directory, named by the head and the value)."""
+    if not drafter_dir or not spec.drafter.get("raise_max_position_embeddings"):
+        return drafter_dir
+    read = lambda d: json.loads((Path(d) / "config.json").read_text(encoding="utf-8"))  # noqa: E731
+    value = raised_positions(read(drafter_dir), read(model_dir), spec.engine.get("max_model_len"))
+    if value is None:
+        return drafter_dir
+    key = hashlib.sha256(f"{Path(drafter_dir).resolve()}\0{value}".encode()).hexdigest()[:16]
+    view = config_view(drafter_dir, {"max_position_embeddings": value},
+                       Path(tempfile.gettempdir()) / f"specrepro-drafter-{key}")
+    if log is not None:
+        print(f"drafter: {drafter_dir} served from {view} with max_position_embeddings "
+              f"{read(drafter_dir).get('max_position_embeddings')} -> {value}", file=log, flush=True)
+    return str(view)
+
+
 def open_llm(spec: BenchSpec, model_dir: str, drafter_dir: str | None, cost_sweep: Mapping[str, Any] | None = None,
              log=None, record: dict | None = None):
     """The one ``LLM`` of this configuration (vLLM imported here: analysis code never needs it).
 
     The keywords it passes go to ``log`` as one ``engine-args: {json}`` line and into ``record`` before
     vLLM sees them (so a job that fails at ``LLM()`` still says what it passed). The models' config.json must
-    declare what the config says of them (:func:`declared_model_problems`), or the job stops before vLLM.
+    declare what the config says of them (:func:`declared_model_problems`), or the job stops before vLLM; a head
+    with ``raise_max_position_embeddings`` is served through :func:`served_drafter`.
     """
     problems = declared_model_problems(spec, model_dir, drafter_dir)
     if problems:
         raise SpecReproError(f"{spec.exp} {spec.label}: {problems[0]}")
+    drafter_dir = served_drafter(spec, model_dir, drafter_dir, log)
     apply_engine_env(spec)
     LLM = import_vllm().LLM
     kw = engine_kwargs(spec, model_dir, drafter_dir, cost_sweep=cost_sweep)
