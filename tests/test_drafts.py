@@ -159,7 +159,7 @@ def test_cpu_config_plans_the_draft_jobs_with_their_engines_and_traces():
     jobs = draft_jobs(exp)
     assert sorted(jobs) == sorted(
         ["oracle-ngram-k20", "oracle-eagle-k20", "oracle-combine-k20", "hybrid-adaptive-eagle-k5",
-         "hybrid-ngram-first-eagle-k5"] + [f"controlled-eagle-k{k}" for k in (1, 3)])
+         "hybrid-ngram-first-eagle-k5"] + ["controlled-eagle-k3"])
     assert jobs["oracle-ngram-k20"]["method"] == "ngram" and jobs["oracle-ngram-k20"]["traces"] == ["ngram"]
     assert jobs["oracle-combine-k20"]["method"] == "eagle" and jobs["oracle-combine-k20"]["traces"] == ["ngram", "eagle"]
     assert jobs["hybrid-adaptive-eagle-k5"]["traces"] == []

@@ -92,3 +92,19 @@ def test_table_builds(tmp_path):
     tex = out.read_text()
     assert r"CNN/DailyMail & 96,856 & 4,431 & 4.6\% & 300 & 15 & 3 & 3.43 / 2.82 \\" in tex
     assert r"llama3.1-8b & eagle3-k3 & vLLM 0.10.1.1 & 2048 & -- & 8192 & raised: head served with the target's context \\" in tex
+
+
+def test_head_positions_finding_by_hand(tmp_path):
+    """The section's finding reads the figure's CSV: before / past M per crossing dataset, the ones none cross."""
+    from specrepro.figures.head_positions_figure import finding
+
+    csv = tmp_path / "fig_head_positions-x.csv"
+    pd.DataFrame([
+        {"dataset": "ic", "label": "InstructCoder", "limit": 2048, "requests": 4, "positions": 400, "positions_past": 100,
+         "share_past": 0.25, "requests_reaching": 1, "prompts_over": 0, "eagle_acc_before": 4.5, "eagle_acc_past": 2.0},
+        {"dataset": "g", "label": "GSM8K", "limit": 2048, "requests": 2, "positions": 50, "positions_past": 0,
+         "share_past": 0.0, "requests_reaching": 0, "prompts_over": 0, "eagle_acc_before": None, "eagle_acc_past": None},
+    ]).to_csv(csv, index=False)
+    text = finding(csv)
+    assert "position 2048" in text and "InstructCoder 4.50 to 2.00 (25.0 % of its output positions" in text
+    assert "no GSM8K request crosses it" in text

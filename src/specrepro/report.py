@@ -95,9 +95,9 @@ SECTIONS: tuple[Section, ...] = (
             _UPPER_BOUNDS, ("Figs. 10, 12 per model",)),
     Section("hybrid", "Beyond the paper: choosing the proposer online", BEYOND, ("tab_hybrid",)),
     Section("today", "Beyond the paper: today's engines", BEYOND, ("fig_today", "tab_today")),
-    Section("head-positions", "Beyond the paper: EAGLE-3 past its head's positions", BEYOND, ("fig_head_positions",)),
     Section("digitiser", "Check: the paper's figures read independently", BEYOND, ("tab_digitiser",)),
     Section("sizing", "Check: sizing a GPU run on the released traces", BEYOND, ("tab_sizing_validation",)),
+    Section("head-positions", "Beyond the paper: EAGLE-3 past its head's positions", BEYOND, ("fig_head_positions",)),
     Section("trends", "Trend checks", BEYOND, ("tab_trends",)),
     Section("cpu-model", "A real model on CPU", CPU_PART, _ENGINE_FIGURES, roles=frozenset({CPU_MODEL}),
             intro="Measured on this CPU run with a small real model and drafters trained by the pipeline, on workloads "

@@ -185,14 +185,15 @@ rule fig_head_positions:
         requests=trace_tables("requests"),
         positions=trace_tables("positions"),
     output:
-        "figures/fig_head_positions-{traceset}.pdf",
+        pdf="figures/fig_head_positions-{traceset}.pdf",
+        csv="figures/fig_head_positions-{traceset}.csv",
     log:
         "logs/figures/fig_head_positions-{traceset}.log",
     conda:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig_head_positions --run-config {input.config} --subject {wildcards.traceset}"
-        " --requests {input.requests} --positions {input.positions} -o {output} 2> {log}"
+        " --requests {input.requests} --positions {input.positions} --csv {output.csv} -o {output.pdf} 2> {log}"
 
 
 rule tab_ngram_agreement:
