@@ -53,7 +53,7 @@ SPEC = FigureSpec(
 def add_arguments(p) -> None:
     p.add_argument("--requests", nargs="+", required=True, help="<dataset>.requests.parquet of the trace set")
     p.add_argument("--positions", nargs="+", required=True, help="<dataset>.positions.parquet of the trace set")
-    p.add_argument("--csv", required=True)
+    p.add_argument("--csv", required=True, help="the table (or the figure's per-dataset numbers) as CSV")
 
 
 def positions_past(requests: pd.DataFrame, limit: int) -> pd.DataFrame:

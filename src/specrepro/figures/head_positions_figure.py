@@ -15,7 +15,8 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from . import style
 from ._data import load_concat
-from .head_positions import dataset_rows, positions_past
+from .head_positions import SPEC as TABLE
+from .head_positions import add_arguments, dataset_rows, positions_past  # noqa: F401 (add_arguments: the CLI's)
 from ..core.io import read_json, write_csv
 
 #: context tokens per bin
@@ -33,18 +34,9 @@ SPEC = FigureSpec(
         "tab_head_positions). The paper's engine did not define the head past M (its rotary table has M rows); this "
         "artifact serves the head with its positions raised to the target's context."
     ),
-    paper_statement=(
-        "The paper's Llama-3.1-8B runs generate up to 8192 tokens with an EAGLE-3 head trained on 2048 positions, "
-        "on vLLM 0.10.1.1, which does not extend the head's rotary table."
-    ),
+    paper_statement=TABLE.paper_statement,
     data="released traces",
 )
-
-
-def add_arguments(p) -> None:
-    p.add_argument("--requests", nargs="+", required=True, help="<dataset>.requests.parquet of the trace set")
-    p.add_argument("--positions", nargs="+", required=True, help="<dataset>.positions.parquet of the trace set")
-    p.add_argument("--csv", required=True, help="per dataset: positions past M, EAGLE's acceptance before / past M")
 
 
 def binned(requests: pd.DataFrame, positions: pd.DataFrame, limit: int, proposer: str = "eagle",
