@@ -194,6 +194,7 @@ def test_a_failed_no_sd_job_leaves_its_trace_set_out_of_the_rerun(tmp_path):
     assert ("note: standin-llama3.1-8b: its no-SD job finished no point (results/engine/standin-llama3.1-8b/bench/none.json): its "
             "engine trace set is left out of this run") in proc.stderr
     out = proc.stdout
-    assert "engine-standin-llama3-70b" in out and "engine-standin-qwen3-8b-thinking" in out
+    # the other traced stand-ins keep theirs (the 70B and Qwen3-8B stand-ins record none: acceptance_traces: false)
+    assert "engine-standin-glm-4.5-air" in out and "engine-standin-qwen3-8b-thinking" in out
     assert "figures/fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" not in out
     assert "results/engine/standin-llama3.1-8b/traces/" not in out

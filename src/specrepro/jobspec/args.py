@@ -72,11 +72,11 @@ def experiment_configs(exp: Mapping[str, Any]) -> dict[str, dict]:
 
 
 def profiled_datasets(exp: Mapping[str, Any], job: Mapping[str, Any], profiling: Mapping[str, Any]) -> list[str]:
-    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size or a k
-    outside the experiment's ``profile_k`` (default the paper's 3). An experiment's ``profile_datasets`` are its
+    """Datasets of one engine job's profiled pass: none for reasoning runs, the tree study, k by batch size, a k
+    outside the experiment's ``profile_k`` (default the paper's 3) or an experiment with ``profiled: false``. An experiment's ``profile_datasets`` are its
     profiled passes' own (prompts no benchmark serves: the cost model is then fitted out of sample); else
     ``profiling.datasets`` that the job benchmarks."""
-    if (exp.get("thinking") or job["k"] not in (None, *exp.get("profile_k", [PROFILED_K])) or tree_study(exp)
+    if (exp.get("thinking") or not exp.get("profiled", True) or job["k"] not in (None, *exp.get("profile_k", [PROFILED_K])) or tree_study(exp)
             or job.get("k_by_batch_size")):
         return []
     if exp.get("profile_datasets"):
