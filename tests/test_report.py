@@ -204,3 +204,20 @@ def test_trace_figures_name_engine_traces_as_this_runs(tmp_path):
     paths = [tmp_path / "fig05_acceptance_heatmap-h100-llama3.1-8b.pdf", tmp_path / "fig05_acceptance_heatmap-engine-smollm2.pdf"]
     items = {it.subject: it.data for it in build_items(paths, run_config, tmp_path)}
     assert items == {"h100-llama3.1-8b": "released traces", "engine-smollm2": "this run's engine traces (vLLM, CPU run)"}
+
+
+def test_a_beyond_section_of_unmeasured_claims_only_opens_with_a_finding_saying_so():
+    """Issue 24, item 7: every beyond-paper section opens with its finding; on a CPU run the per-model upper bounds
+    have claims only (GPU runs measure them), so it says none is measured and where the CPU model's bounds are."""
+    from specrepro.report import layout
+
+    block = {"label": "Figs. 10, 12 per model", "title": "simulated upper bounds on the run's own traces (GPU runs)",
+             "total": 49, "measured": False, "statement": ""}
+    for kind, tail in (("cpu", "; the CPU model's own measured and simulated upper bounds are in the section “A real "
+                                "model on CPU”."), ("gpu", ".")):
+        sec = next(p for p in layout([], [dict(block)], {"run": {"kind": kind}}) if p["section"].key == "per-model")
+        assert sec["finding"] == ("Not measured on this run: none of its 49 claims has the data it needs here "
+                                  "(simulated upper bounds on the run's own traces (GPU runs))" + tail)
+    measured = dict(block, measured=True)
+    sec = next(p for p in layout([], [measured], {"run": {"kind": "cpu"}}) if p["section"].key == "per-model")
+    assert sec["finding"] == ""

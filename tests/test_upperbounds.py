@@ -316,6 +316,22 @@ def test_costfit_table_compares_the_released_model_with_the_papers_fit(tmp_path)
     assert all(math.isnan(r["paper"]) for r in coefficient_rows({**doc, "model": "qwen3-8b"}, rep, None))
 
 
+def test_costfit_table_sets_one_tabular_per_experiment_so_the_report_breaks_it_between_pages():
+    """Issue 22, section 3: one tabular of every experiment's coefficients was scaled to the page (5.6 pt); one
+    tabular per experiment (several \\toprule) is set in the text's flow, unscaled (report.Item.flow)."""
+    import pandas as pd
+
+    from specrepro.figures.engine_costfit_table import coefficient_rows, to_latex
+
+    paper = load_cost_model("llama3.1-8b-h100")
+    doc = {"model": "m", "target": {"c_kv": 1e-6, "c_compute": 1e-3, "c_fixed": 0.0}, "overhead_per_step": 0.01}
+    rows = [r for x in ("a", "b")
+            for r in coefficient_rows(doc, {"exp": x, "source": "profile", "target": {"r2": 0.9, "n_points": 9}}, paper)]
+    tex = to_latex(pd.DataFrame(rows), "note")
+    assert tex.count(r"\begin{tabular}") == tex.count(r"\toprule") == 2
+    assert tex.count(r"\texttt{a}") == tex.count(r"\texttt{b}") == 1 and "resizebox" not in tex
+
+
 def test_profile_fit_gives_each_method_its_overhead_and_several_k_fit_the_drafters_constant(tmp_path):
     """Issue 22: the overhead per method (no SD's for the baseline's steps, each SD method's for its steps), and
     profiled passes at several k tell d_spec from d_fixed."""

@@ -70,6 +70,8 @@ _ENGINE_FIGURES = ("fig01_speedup", "tab_trends", "fig05_acceptance_heatmap", "f
                    "fig03_reasoning", *(n for n in _UPPER_BOUNDS if n != "tab_closed_loop_summary"),
                    "fig10_sim_speedup", "fig12_oracle_combine", "tab_oracle_gap")
 
+CPU_MODEL_TITLE = "A real model on CPU"
+
 #: The report's order. A figure or table is shown in the first section that names it and takes its subject's
 #: role; a new figure is one more name in the ``names`` of its section (or a new Section here). Inside a
 #: section: the released traces' and the simulator's items first, then the engine runs', each in ``names`` order.
@@ -99,7 +101,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("sizing", "Check: sizing a GPU run on the released traces", BEYOND, ("tab_sizing_validation",)),
     Section("head-positions", "Beyond the paper: EAGLE-3 past its head's positions", BEYOND, ("fig_head_positions",)),
     Section("trends", "Trend checks", BEYOND, ("tab_trends",)),
-    Section("cpu-model", "A real model on CPU", CPU_PART, _ENGINE_FIGURES, roles=frozenset({CPU_MODEL}),
+    Section("cpu-model", CPU_MODEL_TITLE, CPU_PART, _ENGINE_FIGURES, roles=frozenset({CPU_MODEL}),
             intro="Measured on this CPU run with a small real model and drafters trained by the pipeline, on workloads "
                   "written to be shaped like the paper's datasets: whether it shows the paper's qualitative trends. "
                   "It never decides a paper claim."),
@@ -204,6 +206,13 @@ def layout(items: Sequence[Item], summaries: Sequence[dict], run_config: dict, k
         # a beyond-the-paper section (and the CPU model's) opens with its finding: the first of its items that states one
         p["finding"] = (next((it.finding for it in p["figures"] if it.finding), "")
                         if s.part in (BEYOND, CPU_PART) else "")
+        if s.part == BEYOND and not p["finding"] and p["claims"] and not any(b["measured"] for b in p["claims"]):
+            # claims only, none measured (e.g. the per-model bounds of a CPU run): say so rather than open blank
+            n = sum(b["total"] for b in p["claims"])
+            p["finding"] = (f"Not measured on this run: none of its {n} claims has the data it needs here "
+                            f"({'; '.join(b['title'] for b in p['claims'] if b['title'])})"
+                            + (f"; the CPU model's own measured and simulated upper bounds are in "
+                               f"the section “{CPU_MODEL_TITLE}”." if run_config.get("run", {}).get("kind") == "cpu" else "."))
         p["statement"] = next((b["statement"] for b in p["claims"] if b["statement"]), "") or \
             (first[0].paper_statement if first and s.part == PAPER else "")
         if p["figures"] or p["claims"] or s.key in keep:

@@ -53,7 +53,8 @@ def row(s: dict) -> dict:
 
 
 def to_latex(t: pd.DataFrame) -> str:
-    lines = [r"\begin{tabular}{@{}lrrrlrrl@{}}", r"\toprule",
+    # the worst point wraps in its own column: a wider table would be scaled below 7 pt (core.layout.MIN_TEXT_PT)
+    lines = [r"\begin{tabular}{@{}lrrr>{\raggedright\arraybackslash}p{0.17\textwidth}rrl@{}}", r"\toprule",
              r"experiment & points & median $|$err$|$ & worst $|$err$|$ & worst point & in CI & ordering & cost model \\",
              r"\midrule"]
     for r in t.itertuples(index=False):
@@ -67,7 +68,7 @@ def to_latex(t: pd.DataFrame) -> str:
                          f"stated (no profiled pass)}} & {tex_escape(src)} \\\\")
             continue
         lines.append(f"\\texttt{{{tex_escape(r.exp)}}} & {r.points} & {pct(r.median_abs_error)} & "
-                     f"{pct(r.worst_abs_error)} & {{\\scriptsize {tex_escape(r.worst)}}} & {r.within_measured_ci} & "
+                     f"{pct(r.worst_abs_error)} & {{\\footnotesize {tex_escape(r.worst)}}} & {r.within_measured_ci} & "
                      f"{order} & {tex_escape(src)} \\\\")
     return "\n".join(fit_width(lines + [r"\bottomrule", r"\end{tabular}"])) + "\n"
 

@@ -80,18 +80,20 @@ def _num(v, f="{:.3g}") -> str:
 
 
 def to_latex(t: pd.DataFrame, note: str) -> str:
-    lines = [r"\begin{tabular}{@{}llllrrrr@{}}", r"\toprule",
-             r"experiment & role & coefficient & value & $R^2$ & steps & paper (H100) & ratio \\", r"\midrule"]
-    prev = None
-    for r in t.itertuples(index=False):
-        exp = "" if r.exp == prev else f"\\texttt{{{tex_escape(r.exp)}}} ({tex_escape(r.source)})"
-        if prev is not None and r.exp != prev:
-            lines.append(r"\midrule")
-        prev = r.exp
-        val = _num(r.value) + (" (assumed)" if r.assumed else "")
-        lines.append(f"{exp} & {tex_escape(r.role)} & {tex_escape(r.coefficient)} & {val} & {_num(r.r2, '{:.2f}')} & "
-                     f"{int(r.n_points)} & {_num(r.paper)} & {_num(r.ratio, '{:.2f}')} \\\\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    """One tabular per experiment: the report sets a file of several tabulars in the text's flow, breaking between
+    them, where one tabular of every experiment would be scaled to the page below 7 pt (core.layout.MIN_TEXT_PT)."""
+    lines: list[str] = []
+    for _, rows in t.groupby("exp", sort=False):
+        if lines:
+            lines += ["", r"\medskip"]
+        lines += [r"\begin{tabular}{@{}llllrrrr@{}}", r"\toprule",
+                  r"experiment & role & coefficient & value & $R^2$ & steps & paper (H100) & ratio \\", r"\midrule"]
+        for i, r in enumerate(rows.itertuples(index=False)):
+            name = f"\\texttt{{{tex_escape(r.exp)}}} ({tex_escape(r.source)})" if i == 0 else ""
+            val = _num(r.value) + (" (assumed)" if r.assumed else "")
+            lines.append(f"{name} & {tex_escape(r.role)} & {tex_escape(r.coefficient)} & {val} & {_num(r.r2, '{:.2f}')} & "
+                         f"{int(r.n_points)} & {_num(r.paper)} & {_num(r.ratio, '{:.2f}')} \\\\")
+        lines += [r"\bottomrule", r"\end{tabular}"]
     if note:
         lines += ["", r"\smallskip", f"{{\\footnotesize {tex_escape(note)}}}"]
     return "\n".join(lines) + "\n"

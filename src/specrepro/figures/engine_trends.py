@@ -355,18 +355,26 @@ def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, 
 
 
 def to_latex(t: pd.DataFrame) -> str:
-    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.19\textwidth}>{\raggedright\arraybackslash}p{0.11\textwidth}"
-             r">{\raggedright\arraybackslash}p{0.40\textwidth}>{\raggedright\arraybackslash}p{0.2\textwidth}@{}}",
-             r"\toprule", r"Finding & shown & measured here & paper \\", r"\midrule"]
-    for r in t.itertuples(index=False):
-        shown = r.shown if isinstance(r.shown, str) else {True: "yes", False: "no"}.get(
-            None if r.shown is None or r.shown != r.shown else bool(r.shown), "n/a")
-        lines.append(f"{tex_escape(r.check)} & {tex_escape(shown)} & {{\\scriptsize {tex_escape(r.measured)}}} & "
-                     f"{{\\scriptsize {tex_escape(r.paper)}}} \\\\")
+    """One tabular per experiment (and one for the drafters): the report sets a file of several tabulars in the
+    text's flow, breaking between them, where one tall tabular was scaled to the page below 7 pt."""
+    head = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.19\textwidth}>{\raggedright\arraybackslash}p{0.11\textwidth}"
+            r">{\raggedright\arraybackslash}p{0.40\textwidth}>{\raggedright\arraybackslash}p{0.2\textwidth}@{}}",
+            r"\toprule", r"Finding & shown & measured here & paper \\", r"\midrule"]
     if not len(t):
-        lines.append(r"\multicolumn{4}{c}{no experiment with trend checks} \\")
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
-    return "\n".join(lines)
+        return "\n".join(head + [r"\multicolumn{4}{c}{no experiment with trend checks} \\", r"\bottomrule",
+                                 r"\end{tabular}", ""])
+    lines: list[str] = []
+    for _, g in t.groupby("exp", sort=False):
+        if lines:
+            lines += ["", r"\medskip"]
+        lines += head
+        for r in g.itertuples(index=False):
+            shown = r.shown if isinstance(r.shown, str) else {True: "yes", False: "no"}.get(
+                None if r.shown is None or r.shown != r.shown else bool(r.shown), "n/a")
+            lines.append(f"{tex_escape(r.check)} & {tex_escape(shown)} & {{\\scriptsize {tex_escape(r.measured)}}} & "
+                         f"{{\\scriptsize {tex_escape(r.paper)}}} \\\\")
+        lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines + [""])
 
 
 def build(args, ctx: TraceContext) -> None:
