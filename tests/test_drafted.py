@@ -199,13 +199,14 @@ def test_tab_hybrid_opens_with_the_finding(tmp_path):
                       {**row, "hybrid": "hybrid-ngram-first", "measured": 2.2, "simulated": 2.3,
                        "gap_closed_measured": 0.1, "gap_closed_simulated": 0.09}])
     t.to_csv(tmp_path / "h.csv", index=False)
-    (tmp_path / "s.json").write_text(json.dumps({"finding": "FIRST SENTENCE.", "loses": "WHERE IT LOSES."}))
+    (tmp_path / "s.json").write_text(json.dumps({"finding": "FIRST SENTENCE.", "loses": "WHERE IT LOSES.",
+                                                 "hybrid_falsification": {"sentence": "FED WRONG INPUTS."}}))
     ctx = TraceContext("engine-e", "E", ("code",), {"code": "Code"}, {}, {})
     a = SimpleNamespace(hybrid=str(tmp_path / "h.csv"), summary=str(tmp_path / "s.json"), csv=str(tmp_path / "o.csv"),
                         output=str(tmp_path / "o.tex"))
     build(a, ctx)
     tex = (tmp_path / "o.tex").read_text()
-    assert tex.index("FIRST SENTENCE.") < tex.index("tabular") < tex.index("WHERE IT LOSES.")
+    assert tex.index("FIRST SENTENCE.") < tex.index("tabular") < tex.index("WHERE IT LOSES.") < tex.index("FED WRONG")
     assert "2.50 [2.00, 3.00] (2.60)" in tex and "2.20 (2.30)" in tex and "25 / 24" in tex and "40" in tex
 
 
@@ -220,3 +221,54 @@ def test_repeat_check_pairs_trace_profiles_with_the_fixed_job():
                       {**base, "mode": "fixed", "method": "eagle", "profile": "", "measured": 1.0, "simulated": 1.0}])
     r = repeat_check(t)
     assert r["pairs"] == 1 and r["median_abs"] == pytest.approx(0.1) and r["simulated_median_abs"] == 0
+
+
+def test_the_hybrids_closed_loop_passes_with_its_traces_and_fails_with_wrong_acceptance(cost):
+    """Issue 23 §2: the hybrid's closed loop with the oracle issue's falsification variants. "Measured" speedups come
+    from the simulator on the right traces with 1 % noise: the real loop's error is that noise; every variant that
+    applies moves the median |error| at least FACTOR times; with one drafter, swapping drafters does not apply."""
+    from specrepro.analysis.drafted import falsification_sentence, hybrid_falsification
+    from specrepro.analysis.falsify import FACTOR
+
+    rng = np.random.default_rng(0)
+
+    def geo(p, n):
+        a = 1 + np.minimum(rng.geometric(1 - p, n) - 1, 20)
+        a[0] = 1
+        return a.astype(np.int64)
+
+    # code: n-gram accepts long runs, EAGLE little; chat: the other way round
+    traces = {ds: [TraceRecord(f"{ds}{i}", np.arange(20 + i), np.arange(40), {"ngram": geo(pn, 40), "eagle": geo(pe, 40)})
+                   for i in range(4)] for ds, pn, pe in (("code", 0.8, 0.2), ("chat", 0.1, 0.7))}
+    configs = {(f"hybrid-{p}-eagle-k3", f"hybrid-{p}"): DraftConfig(f"hybrid-{p}-eagle-k3", "hybrid", "eagle", 3, policy=p)
+               for p in ("adaptive", "ngram-first")}
+    rows = [{"exp": "e", "dataset": ds, "config": c, "profile": p, "batch_size": b, "requests": 4,
+             "request_ids": tuple(r.id for r in recs), "measured": 1.0, "measured_ci_low": 0.9, "measured_ci_high": 1.1}
+            for ds, recs in traces.items() for (c, p) in configs for b in (1, 4)]
+    measured = pd.DataFrame(rows)
+    sim = simulated_by_config(measured, traces, configs, cost, ngram_match=1.0, seed=1)
+    noise = 1 + rng.uniform(-0.01, 0.01, len(sim))
+    measured["measured"] = sim["simulated"].to_numpy() * noise
+    doc = hybrid_falsification(measured, traces, configs, ["ngram", "eagle"], cost, ngram_match=1.0, seed=1)
+    vs = doc["variants"]
+    assert doc["points"] == 8 and vs["real"]["median_abs_error"] < 0.0101
+    assert vs["drafters-swapped"] == {"not_applicable": "fewer than two model-based drafters traced"}
+    applied = {k: r for k, r in vs.items() if "ratio" in r}
+    assert set(applied) == {"all-accepted", "none-accepted", "other-dataset", "lookup-drafter-swapped"}
+    assert all(r["ratio"] >= FACTOR and r["falsified"] for r in applied.values()), applied
+    assert (doc["falsified"], doc["applied"]) == (4, 4)
+    text = falsification_sentence(doc)
+    assert "on the 8 hybrid points" in text and "4 of 4 variants reach 1.5x" in text and "drafters-swapped" in text
+
+
+def test_draft_jobs_are_named_by_their_mode_in_the_lossless_and_exercise_tables():
+    """Two draft jobs run EAGLE at k = 20 (its oracle and Oracle Combine): their rows must say which is which."""
+    from specrepro.engine.results.metrics import config_label_text
+
+    labels = {"eagle": "EAGLE", "ngram": "n-gram"}
+    assert config_label_text("eagle", 20, labels, "oracle-combine-k20") == "oracle-combine: EAGLE (k=20)"
+    assert config_label_text("eagle", 20, labels, "oracle-eagle-k20") == "oracle-eagle: EAGLE (k=20)"
+    assert config_label_text("eagle", 3, labels, "controlled-eagle-k3") == "controlled: EAGLE (k=3)"
+    assert config_label_text("eagle", 5, labels, "hybrid-ngram-first-eagle-k5") == "hybrid-ngram-first: EAGLE (k=5)"
+    assert config_label_text("ngram", 3, labels, "ngram-k3") == "n-gram (k=3)"
+    assert config_label_text("eagle", 10, labels, "eagle-k10-bs") == "EAGLE (k by batch size, up to 10)"

@@ -170,10 +170,18 @@ def test_smollm2_stand_in(cpu_run):
     for name in ("fig05_acceptance_heatmap", "fig07_request_span", "fig11_acceptance_diff"):
         assert f"{name}-engine-smollm2" not in tex
     assert r"\textbf{Left out:}" in section and "CPU stand-in (SmolLM2-135M) {(}2 requests per workload)" in section
+    assert tex.count(r"\textbf{Left out:}") == 1  # in the CPU model's section, not repeated by its hybrid section
     lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
     sd = lossless[(lossless["exp"] == "smollm2") & (lossless["method"] != "none")]
     assert set(sd["method"]) == {"ngram", "eagle", "draft_model"}
     assert (sd["compared"] > 0).all() and (sd["identical"] == sd["compared"]).all()
+    # issue 23: the draft jobs (oracle, controlled, hybrid) in the CPU run's lossless check (the engine exercise's
+    # table; tab_lossless on a GPU run): every output equal to no SD's, the plugin's records equal to vLLM's counters
+    table = pd.read_csv(cpu_run / "figures" / "tab_engine_exercise-engine.csv")
+    drafted = table[(table["exp"] == "smollm2") & table["config"].str.match(r"(oracle|controlled|hybrid)-")]
+    assert {"hybrid-adaptive-eagle-k5", "hybrid-ngram-first-eagle-k5", "oracle-combine-k20"} <= set(drafted["config"])
+    assert (drafted["compared"] > 0).all() and (drafted["identical"] == drafted["compared"]).all()
+    assert drafted["lossless"].astype(bool).all() and drafted["counters_consistent"].astype(bool).all()
     trends = pd.read_csv(cpu_run / "figures" / "tab_trends-engine.csv")
     drafters = trends[trends["exp"] == "drafters"].set_index("check")["shown"]
     beats = drafters[drafters.index.str.contains("beats its untrained start")]
@@ -231,6 +239,12 @@ def test_smollm2_closed_loop_and_upper_bounds(cpu_run):
     assert fals["variants"]["all-accepted"]["falsified"], fals["variants"]["all-accepted"]
     assert fals["every_variant_falsified"] == all(s["falsified"] for v, s in fals["variants"].items() if v != "real")
     assert tex.index("fig_closed_loop-engine-smollm2.pdf") < tex.index("tab_falsification-engine-smollm2.tex")
+    # issue 23: the hybrids' closed loop fed the same wrong acceptance; accepting every draft is caught there too,
+    # and the hybrid's table says how each variant fared
+    hf = json.loads((cpu_run / "results" / "simulator" / "engine-smollm2" / "drafted.json").read_text())[
+        "hybrid_falsification"]
+    assert hf["points"] >= 4 and hf["applied"] >= 4 and hf["variants"]["all-accepted"]["falsified"], hf
+    assert "hybrid points goes from" in (cpu_run / "figures" / "tab_hybrid-engine-smollm2.tex").read_text()
 
 
 def test_nothing_left_to_do(cpu_run):
@@ -266,10 +280,11 @@ def test_sizing_check_in_the_report(cpu_run):
 def test_report_layout(cpu_run):
     """Issue 16: the verdict on page 1; the released-trace and simulator evidence before any CPU engine material; no
     line or table wider than the text; no blank or near-blank page; a body of at most MAX_BODY_PAGES pages; every per-request
-    figure in the report of >= 8 requests per dataset (figures with overlapping texts are refused when built)."""
+    figure in the report of >= 8 requests per dataset (figures with overlapping texts are refused when built); no text of
+    a table or caption below 7 pt (issue 22, section 3: the cost-fit table was scaled to the page at 5.6 pt)."""
     import re
 
-    from specrepro.core.layout import MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, sparse_pages
+    from specrepro.core.layout import MIN_REQUESTS, PER_REQUEST, label_page, overfull_boxes, small_text, sparse_pages
     from specrepro.report import MAX_BODY_PAGES, page_counts
 
     build = cpu_run / "paper" / "build"
@@ -280,6 +295,7 @@ def test_report_layout(cpu_run):
     assert tex.index(f"fig05_acceptance_heatmap-{RELEASED}.pdf") < tex.index("tab_trends-engine.tex")
     assert overfull_boxes((build / "report.log").read_text(errors="replace")) == []
     assert sparse_pages(build / "report.pdf") == []
+    assert small_text(build / "report.pdf") == []
     body, total = page_counts(build / "report.tex")
     assert body <= MAX_BODY_PAGES < total, (body, total)
     for name, subject in re.findall(r"\{\.\./\.\./figures/(" + "|".join(PER_REQUEST) + r")-([^}]+)\.pdf\}", tex):

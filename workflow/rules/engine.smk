@@ -227,6 +227,9 @@ rule tab_engine_exercise:
         config=RUN_CONFIG,
         points=all_bench_points(),
         records=[p.replace(".parquet", ".json") for p in all_bench_points()],
+        # the draft jobs (oracle, controlled, hybrid) too: functions, as drafts.smk is included after this file
+        drafts=lambda wc: draft_targets(),
+        draft_records=lambda wc: [p.replace(".parquet", ".json") for p in draft_targets()],
         # the trace jobs' checks of every engine trace set of this run (none where the no-SD job failed)
         traces=[f"results/engine/{x}/traces/{m}.check.json" for x in EXPERIMENTS if f"engine-{x}" in TRACE_SETS
                 for m in engine_trace_methods(x)],
@@ -239,7 +242,7 @@ rule tab_engine_exercise:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_engine_exercise --run-config {input.config} --subject engine --points {input.points:q}"
-        " --records {input.records:q} --traces {input.traces:q} --csv {output.csv} -o {output.tex} 2> {log}"
+        " {input.drafts:q} --records {input.records:q} {input.draft_records:q} --traces {input.traces:q} --csv {output.csv} -o {output.tex} 2> {log}"
 
 
 rule fig03_reasoning:
@@ -259,9 +262,12 @@ rule fig03_reasoning:
 
 
 rule tab_lossless:
+    """Every SD job's greedy outputs against no SD's: the benchmarks' and the draft jobs' (oracle, controlled, hybrid)."""
     input:
         config=RUN_CONFIG,
         points=all_bench_points(),
+        # a function: drafts.smk, which defines the draft jobs, is included after this file
+        drafts=lambda wc: draft_targets(),
     output:
         tex="figures/tab_lossless-engine.tex",
         csv="figures/tab_lossless-engine.csv",
@@ -271,7 +277,7 @@ rule tab_lossless:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_lossless --run-config {input.config} --subject engine --points {input.points:q}"
-        " --csv {output.csv} -o {output.tex} 2> {log}"
+        " {input.drafts:q} --csv {output.csv} -o {output.tex} 2> {log}"
 
 
 rule tab_runtime:

@@ -20,7 +20,8 @@ vLLM's drafter runs every step whatever draft is then verified, so the model dra
 
 :func:`paired_table` joins measured and simulated per (exp, dataset, config, batch size); error =
 simulated / measured - 1. :func:`gap_closed` is the share of the gap from the best single method to Oracle
-Combine that a hybrid closes; :func:`choice_shares` the per-request share of steps each proposer was chosen (the hybrid points' own columns).
+Combine that a hybrid closes; :func:`choice_shares` the per-request share of steps each proposer was chosen (the hybrid points' own columns);
+:func:`hybrid_falsification` the hybrids' closed loop fed the wrong acceptance of :mod:`specrepro.analysis.falsify`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import experiment_configs
 from ..jobspec.drafts import draft_jobs
 from .closedloop import experiment_inputs
+from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
 from ..sim.simulator.workload import draw_requests, request_traces
@@ -448,6 +450,53 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
     return {"finding": finding, "loses": loses, "by_hybrid": out}
 
 
+def hybrid_falsification(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]],
+                         configs: Mapping[tuple, DraftConfig], methods: Sequence[str], cost_model: str, *,
+                         ngram_match: float, seed: int) -> dict:
+    """The hybrids' closed loop (their rows of ``measured``) with the real traces and with each wrong-acceptance
+    variant of :func:`specrepro.analysis.falsify.variant_traces` (same measured points, cost model, requests and
+    seed): per variant the median |error|, its ratio to the real one and ``falsified`` (ratio >= ``FACTOR``), or
+    ``not_applicable`` with the reason. ``no-traces`` is not one: the hybrid has no other configuration to copy."""
+    hyb = measured[[configs[(c, p)].mode == "hybrid" for c, p in zip(measured["config"], measured["profile"])]]
+    if hyb.empty:
+        return {"factor": FACTOR, "points": 0, "variants": {}}
+    out: dict = {"factor": FACTOR, "points": int(len(hyb)), "variants": {}}
+    real = None
+    for v in (x for x in VARIANTS if x != "no-traces"):
+        tr = variant_traces(traces, methods, v)
+        if isinstance(tr, str):
+            out["variants"][v] = {"not_applicable": tr}
+            continue
+        t = paired_table(simulated_by_config(hyb, tr, configs, cost_model, ngram_match=ngram_match, seed=seed), hyb)
+        med = float(t["abs_error"].median())
+        row = {"median_abs_error": med, "worst_abs_error": float(t["abs_error"].max()),
+               "mean_error": float(t["error"].mean())}
+        if v == "real":
+            real = med
+        else:
+            row["ratio"] = med / real if real else float("inf")
+            row["falsified"] = bool(row["ratio"] >= FACTOR)
+        out["variants"][v] = row
+    applied = [r for k, r in out["variants"].items() if "falsified" in r]
+    out["falsified"] = sum(r["falsified"] for r in applied)
+    out["applied"] = len(applied)
+    return out
+
+
+def falsification_sentence(doc: Mapping) -> str:
+    """One sentence on :func:`hybrid_falsification`'s document for the report (empty without hybrid points)."""
+    vs = doc.get("variants") or {}
+    if not doc.get("points") or "real" not in vs:
+        return ""
+    wrong = [(k, r) for k, r in vs.items() if "ratio" in r]
+    parts = ", ".join(f"{k} {100 * r['median_abs_error']:.0f} % ({r['ratio']:.1f}x)" for k, r in wrong)
+    missing = [k for k, r in vs.items() if "not_applicable" in r]
+    return (f"Fed the wrong acceptance (the closed loop's falsification variants), the simulator's median |error| on "
+            f"the {doc['points']} hybrid points goes from {100 * vs['real']['median_abs_error']:.0f} % to: {parts}; "
+            f"{doc['falsified']} of {doc['applied']} variants reach {doc['factor']:g}x the real error"
+            + (f" ({', '.join(missing)}: not applicable)" if missing else "") + ".")
+
+
 def run_drafted(a) -> None:
     """The body of ``specrepro engine-drafted``."""
     points, ids, traces, traced = experiment_inputs(a.points, a.exp, a.prompts, a.traces)
@@ -483,6 +532,7 @@ def run_drafted(a) -> None:
         costs[f"{ds}@{int(b)}"] = drafter_pass_ms(load_cost_model(a.cost_model, drafter=cfg.method), int(b) * ctx, cfg.k,
                                                 int(b))
     hyb_err = summarise(table[table["mode"] == "hybrid"])
+    hyb_false = hybrid_falsification(meas, traces, configs, a.methods, a.cost_model, ngram_match=match, seed=a.seed)
     write_csv(a.shares, sh, float_format="%.6g")
     shares = {f"{c}@{int(b)}": {"points": int(len(g)), "median_share_ngram": float(g["share_ngram"].median()),
                                 "min_share_ngram": float(g["share_ngram"].min()),
@@ -498,5 +548,6 @@ def run_drafted(a) -> None:
                         "profiles": sorted(set(cal["profile"]))},
         "repeat": repeat_check(table),
         "oracle": summarise(table[table["mode"] == "oracle"]), "fixed": summarise(table[table["mode"] == "fixed"]),
-        "hybrid": hyb_err, "drafter_cost_ms": costs, "choice_shares": shares, "departed_requests": departed,
+        "hybrid": hyb_err, "hybrid_falsification": {**hyb_false, "sentence": falsification_sentence(hyb_false)},
+        "drafter_cost_ms": costs, "choice_shares": shares, "departed_requests": departed,
         **hybrid_finding(hyb, costs, hyb_err)})

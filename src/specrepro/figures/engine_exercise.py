@@ -33,8 +33,10 @@ SPEC = FigureSpec(
         "Each engine configuration of this run ({subject_label}): outcome (ran; n points failed; refused: the engine "
         "did not start, with its error; GPU-only: not runnable here, see below), lossless (greedy SD outputs "
         "identical to no SD's, identical/compared points), counters consistent (vLLM's SD counters of every point "
-        "consistent and, for a method with a k = 20 acceptance trace, the trace engine's counts equal to vLLM's), "
-        "points ok/all, and the bench job's seconds (load, warm-up and points)."
+        "consistent and, for a method with a k = 20 acceptance trace, the trace engine's counts equal to vLLM's; for a "
+        "draft job (oracle-*, controlled-*, hybrid-*: drafts substituted through the project's vLLM plugin) also the "
+        "plugin's per-step records summed to vLLM's counters), points ok/all, and the job's seconds (load, warm-up "
+        "and points)."
     ),
     paper_statement="The paper runs every method on every model of its grid on vLLM; this run exercises each on CPU.",
     data="engine runs, engine job records",
@@ -78,8 +80,10 @@ def methods_not_run(run_config: dict) -> list[dict]:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--points", nargs="+", required=True, help="bench tables (results/engine/<exp>/bench/*.parquet)")
-    p.add_argument("--records", nargs="*", default=[], help="bench records (results/engine/<exp>/bench/<config>.json)")
+    p.add_argument("--points", nargs="+", required=True,
+                   help="bench and draft-job tables (results/engine/<exp>/{bench,drafts}/*.parquet)")
+    p.add_argument("--records", nargs="*", default=[],
+                   help="their job records (results/engine/<exp>/{bench,drafts}/<config>.json)")
     p.add_argument("--traces", nargs="*", default=[],
                    help="trace check files (results/engine/<exp>/traces/<method>.check.json)")
     p.add_argument("--csv", required=True, help="the same table as CSV")
@@ -118,7 +122,9 @@ def exercise_table(points: pd.DataFrame, records: dict, traces: dict, ctx: Trace
             "compared": r.compared if sd else pd.NA, "identical": r.identical if sd else pd.NA,
             "lossless": (int(r.identical) == int(r.compared) and int(r.compared) > 0) if sd else None,
             "counter_warnings": int(r.counter_warnings), "trace_counters_equal": trace_equal,
-            "counters_consistent": (int(r.counter_warnings) == 0 and trace_equal is not False) if sd else None,
+            # a draft job's record also says whether the plugin's per-step records summed to vLLM's counters
+            "counters_consistent": (int(r.counter_warnings) == 0 and trace_equal is not False
+                                    and rec.get("counters_agree") is not False) if sd else None,
             "ok": int(r.ok), "points": int(r.points),
             "seconds": float(rec["elapsed_s"]) if rec.get("elapsed_s") is not None else math.nan,
         })

@@ -4,8 +4,8 @@ Oracle Combine (issue 23; :mod:`specrepro.analysis.drafted`).
 Input: ``specrepro engine-drafted``'s hybrid table (per dataset, batch size and hybrid: measured speedup with its
 95 % interval, the simulated one on the same requests with the engine's accounting, the best single method
 measured, Oracle Combine measured and simulated, the share of the gap closed, the median share of steps n-gram's
-draft was chosen) and its summary (the finding, where the hybrid loses and why, in ms from the cost model). The
-finding opens the table; where it loses follows it.
+draft was chosen) and its summary (the finding, where the hybrid loses and why, in ms from the cost model, and the
+hybrids' closed loop fed wrong acceptance). The finding opens the table; where it loses, and the falsification, follow it.
 """
 
 from __future__ import annotations
@@ -75,7 +75,9 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
     if not len(t):
         lines.append(r"\multicolumn{8}{c}{no hybrid configuration both benchmarked and traced} \\")
     lines = fit_width(lines + [r"\bottomrule", r"\end{tabular}"])
-    tail = ["", r"\smallskip", f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(summary.get('loses', ''))}}}"]
+    falsified = (summary.get("hybrid_falsification") or {}).get("sentence", "")
+    tail = ["", r"\smallskip", f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(summary.get('loses', ''))}"
+            + (f" {tex_escape(falsified)}" if falsified else "") + "}"]
     return "\n".join(head + lines + tail) + "\n"
 
 

@@ -23,7 +23,9 @@ SPEC = FigureSpec(
         "may); acceptance length (1 + accepted / drafts) and acceptance rate (accepted / draft tokens) and the "
         "acceptance rate of each draft position, all from vLLM's summed counters over the successful points, the "
         "first two with their 95 % bootstrap interval over requests in brackets; "
-        "failed points (failed/all) and the first error. On a CPU run the models are tiny and randomly initialised."
+        "failed points (failed/all) and the first error. Draft jobs (oracle-*, controlled-*, hybrid-*: drafts substituted "
+        "through the project's vLLM plugin; their acceptance is the substituted drafts') are checked the same way. "
+        "On a CPU run the stand-ins are tiny and randomly initialised; SmolLM2-135M is a real model."
     ),
     paper_statement=(
         "With greedy sampling speculative decoding leaves the output unchanged; only speed differs between "
@@ -37,7 +39,7 @@ ERROR_CHARS = 70
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--points", nargs="+", required=True, help="bench tables (results/engine/<exp>/bench/*.parquet)")
+    p.add_argument("--points", nargs="+", required=True, help="bench and draft-job tables (results/engine/<exp>/{bench,drafts}/*.parquet)")
     p.add_argument("--csv", required=True, help="the same table as CSV (full error texts)")
 
 

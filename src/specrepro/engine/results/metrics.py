@@ -30,6 +30,7 @@ never decides an ``engine`` claim on a run whose kind is not "gpu".
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -94,11 +95,19 @@ def config_order(points: pd.DataFrame) -> list[tuple[str, str, int | None]]:
     return sorted(rows, key=lambda t: (method_rank(t[1]), t[1], -1 if t[2] is None else t[2], t[0]))
 
 
+#: a draft job's configuration label (specrepro.jobspec.drafts): oracle-<of>-k20, controlled-<m>-k3, hybrid-<policy>-<m>-k5
+_DRAFT_MODE = re.compile(r"^(oracle-[a-z0-9_]+|controlled|hybrid-(?:adaptive|ngram-first))-")
+
+
 def config_label_text(method: str, k: int | None, labels: Mapping[str, str], config: str | None = None) -> str:
-    """``n-gram (k=3)``; ``no SD``; ``EAGLE-3 (k by batch size, up to 10)`` for a ``-bs`` configuration."""
+    """``n-gram (k=3)``; ``no SD``; ``EAGLE-3 (k by batch size, up to 10)`` for a ``-bs`` configuration; a draft
+    job's mode before its engine method: ``oracle-combine: EAGLE (k=20)``, ``hybrid-adaptive: EAGLE (k=5)``."""
     name = labels.get(method, method)
     if method == "none" or k is None:
         return name
+    mode = _DRAFT_MODE.match(str(config or ""))
+    if mode:
+        return f"{mode.group(1)}: {name} (k={k})"
     if config is not None and str(config).endswith("-bs"):
         return f"{name} (k by batch size, up to {k})"
     return f"{name} (k={k})"
