@@ -88,20 +88,26 @@ def _run_k_schedule(a) -> None:
     run_k_schedule(a)
 
 
+def _closed_loop_inputs(p, points_help: str = "the experiment's bench tables",
+                        methods_help: str = "the traced methods") -> None:
+    """The inputs every closed-loop verb reads: one experiment's points, prompts, traces, cost model and schedule."""
+    p.add_argument("--exp", required=True)
+    p.add_argument("--points", nargs="+", required=True, help=points_help)
+    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
+    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
+    p.add_argument("--methods", nargs="+", required=True, help=methods_help)
+    p.add_argument("--cost-model", required=True)
+    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
+    p.add_argument("--seed", type=int, default=42)
+
+
 def _add_closed_loop(sub) -> None:
     """``specrepro closed-loop``: simulated against measured speedups of one experiment."""
     p = sub.add_parser("closed-loop", help="simulated against measured speedup of every benchmarked and traced configuration")
-    p.add_argument("--exp", required=True)
-    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables")
-    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
-    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
-    p.add_argument("--methods", nargs="+", required=True, help="the traced methods")
-    p.add_argument("--cost-model", required=True)
+    _closed_loop_inputs(p)
     p.add_argument("--fit-report", help="the cost model's fit report (diagnostics)")
     p.add_argument("--breakdowns", nargs="*", default=[], help="the profiled passes' breakdowns (the same points timed "
                                                               "twice: diagnostics)")
-    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
-    p.add_argument("--seed", type=int, default=42)
     p.add_argument("--run-kind", default="cpu")
     p.add_argument("-o", "--output", required=True, help="one row per compared point (CSV)")
     p.add_argument("--summary", required=True, help="the experiment's summary (JSON)")
@@ -118,14 +124,7 @@ def _add_falsify(sub) -> None:
     """``specrepro falsify``: the closed loop of one experiment next to the same comparison fed wrong inputs."""
     p = sub.add_parser("falsify", help="the closed loop's error with the real traces against wrong ones "
                                       "(specrepro.analysis.falsify)")
-    p.add_argument("--exp", required=True)
-    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables")
-    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
-    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
-    p.add_argument("--methods", nargs="+", required=True, help="the traced methods")
-    p.add_argument("--cost-model", required=True)
-    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
-    p.add_argument("--seed", type=int, default=42)
+    _closed_loop_inputs(p)
     p.add_argument("-o", "--output", required=True, help="falsification.json")
     p.set_defaults(func=_run_falsify)
 
@@ -140,15 +139,9 @@ def _add_engine_drafted(sub) -> None:
     """``specrepro engine-drafted``: the draft hook's runs (controlled, oracle, hybrid) against the simulator."""
     p = sub.add_parser("engine-drafted", help="the oracle, controlled and hybrid runs of one experiment next to the "
                                               "simulator with the engine's accounting (calibration, bounds, hybrid)")
-    p.add_argument("--exp", required=True)
-    p.add_argument("--points", nargs="+", required=True, help="the experiment's bench tables (no SD, fixed k) and draft jobs' points")
-    p.add_argument("--prompts", nargs="+", required=True, help="its prompts files (request_index -> request_id)")
-    p.add_argument("--traces", nargs="+", required=True, help="its trace set, one file per dataset")
-    p.add_argument("--methods", nargs="+", required=True, help="the traced methods (the single methods)")
+    _closed_loop_inputs(p, "the experiment's bench tables (no SD, fixed k) and draft jobs' points",
+                        "the traced methods (the single methods)")
     p.add_argument("--run-config", required=True, help="results/run_config.json (the experiment's jobs and draft jobs)")
-    p.add_argument("--cost-model", required=True)
-    p.add_argument("--schedule", required=True, help="engine-simulate's schedule file (its n-gram match probability)")
-    p.add_argument("--seed", type=int, default=42)
     p.add_argument("--calibration", required=True, help="controlled runs against the simulator (CSV)")
     p.add_argument("--bounds", required=True, help="measured oracles (and fixed k) against the simulator (CSV)")
     p.add_argument("--hybrid", required=True, help="per (dataset, B) and hybrid: measured, simulated, gap closed (CSV)")
@@ -164,7 +157,6 @@ def _run_engine_drafted(a) -> None:
 
 
 def _add_engine_simulate(sub) -> None:
-    """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
     """``specrepro engine-simulate``: Figs. 10/12-style simulations of one experiment's engine traces."""
     p = sub.add_parser("engine-simulate", help="the upper-bound simulations on one experiment's own traces and cost model")
     p.add_argument("--exp", required=True)

@@ -118,6 +118,24 @@ def read_json(path: str | os.PathLike) -> Any:
         raise SpecReproError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
+class JsonlTail:
+    """The JSON lines appended to a file since the last :meth:`new` call (a last line still being written, with no
+    newline yet, waits for the next call)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path, self.offset = Path(path), 0
+
+    def new(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+
+
 def write_parquet(target: str | os.PathLike, df: pd.DataFrame) -> None:
     """Parquet without the pandas index; same frame and library versions, same bytes."""
     with atomic_path(target) as tmp:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from ...core.costmodel import load_cost_model
 from ...core.errors import SpecReproError
-from ...core.io import write_json, write_parquet
+from ...core.io import JsonlTail, write_json, write_parquet
 from ...jobspec.args import BenchSpec
 from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, draft_plans, prompt_key, refusal
 from ...jobspec.hooks import DIR_ENV, MODE_ENV, STEP_FILE
@@ -52,23 +52,6 @@ def reference_requests(trace_files: Sequence[str | os.PathLike]) -> list[dict]:
                 if k.startswith("acc_") and isinstance(v, Mapping) and "acc_len" in v:
                     r["acc"][k[4:]] = list(v["acc_len"])
     return list(by_key.values())
-
-
-class _Tail:
-    """New JSON lines of a file since the last call."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset = path, 0
-
-    def new(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        return [json.loads(x) for x in data[:end].splitlines() if x.strip()]
 
 
 def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *,
@@ -101,7 +84,7 @@ def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd
     t_load = time.perf_counter() - t0
     if spec.engine.get("warmup", True):
         _warmup(llm, spec, prompts)
-    drafts_tail, steps_tail = _Tail(rec_dir / DRAFT_FILE), _Tail(rec_dir / STEP_FILE)
+    drafts_tail, steps_tail = JsonlTail(rec_dir / DRAFT_FILE), JsonlTail(rec_dir / STEP_FILE)
     drafts_tail.new(), steps_tail.new()
     rows, step_tables = [], []
     ref_out = {}

@@ -49,6 +49,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ...core.io import JsonlTail
 from ...jobspec.hooks import (  # noqa: F401 - re-exported: the plugin's names
     DIR_ENV, FAMILIES, FLAGS, MODE_ENV, PHASES, PLACEHOLDER, STEP_FILE, Family, Hook, Read, family_for, parse_flags,
 )
@@ -427,23 +428,12 @@ def job_env(flags: str, out_dir: str | os.PathLike) -> dict[str, str]:
     return {MODE_ENV: flags, DIR_ENV: str(out_dir)}
 
 
-class StepLog:
+class StepLog(JsonlTail):
     """Reads rank 0's step records incrementally: :meth:`new` returns the records written since the
     last call (call it after each ``LLM.generate``)."""
 
     def __init__(self, out_dir: str | os.PathLike):
-        self.path = Path(out_dir) / STEP_FILE
-        self.offset = 0
-
-    def new(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        return [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        super().__init__(Path(out_dir) / STEP_FILE)
 
     def __iter__(self) -> Iterator[dict]:
         return iter(self.new())
