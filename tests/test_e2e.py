@@ -239,6 +239,8 @@ def test_smollm2_closed_loop_and_upper_bounds(cpu_run):
     assert fals["variants"]["all-accepted"]["falsified"], fals["variants"]["all-accepted"]
     assert fals["every_variant_falsified"] == all(s["falsified"] for v, s in fals["variants"].items() if v != "real")
     assert tex.index("fig_closed_loop-engine-smollm2.pdf") < tex.index("tab_falsification-engine-smollm2.tex")
+    # the noise floor under it: the same configuration measured in two jobs (the controlled trace-eagle replay)
+    assert "noise floor" in (cpu_run / "figures" / "tab_falsification-engine-smollm2.tex").read_text()
     # issue 23: the hybrids' closed loop fed the same wrong acceptance; accepting every draft is caught there too,
     # and the hybrid's table says how each variant fared
     hf = json.loads((cpu_run / "results" / "simulator" / "engine-smollm2" / "drafted.json").read_text())[

@@ -177,6 +177,11 @@ def test_falsification_table_lists_every_variant_and_what_does_not_apply(experim
     assert f"{int(real.order_methods_agreeing)}/4 [{int(real.order_methods_baseline_agreeing)}]" in tex
     none = t[t["variant"] == "none-accepted"].iloc[0]
     assert f"{none.ratio:.1f}" in tex and none.falsified
+    # with draft jobs: the noise floor (the same configuration measured in two jobs) closes the table
+    floor = rows(doc, {"repeat": {"pairs": 2, "median_abs": 0.067, "max_abs": 0.117}})
+    assert list(floor["variant"]) == list(falsify.VARIANTS) + ["repeat"]
+    assert "noise floor: the same configuration, another job (2 pairs) & 7\\,\\% & 12\\,\\%" in to_latex(floor)
+    assert list(rows(doc, {"repeat": {"pairs": 0}})["variant"]) == list(falsify.VARIANTS)
 
 
 def test_in_sample_points_are_those_whose_requests_the_cost_model_saw():

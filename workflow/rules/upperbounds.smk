@@ -194,9 +194,13 @@ rule tab_falsification:
     input:
         config=RUN_CONFIG,
         falsification="results/simulator/engine-{exp}/falsification.json",
+        # the draft jobs' repeat check (the noise floor), where the experiment ran draft jobs
+        drafted=lambda wc: [f"results/simulator/engine-{wc.exp}/drafted.json"] if wc.exp in DRAFTED_EXPERIMENTS else [],
     output:
         tex="figures/tab_falsification-engine-{exp}.tex",
         csv="figures/tab_falsification-engine-{exp}.csv",
+    params:
+        drafted=lambda wc: f"--drafted results/simulator/engine-{wc.exp}/drafted.json" if wc.exp in DRAFTED_EXPERIMENTS else "",
     wildcard_constraints:
         exp=name_regex(UPPER_BOUND_EXPERIMENTS),
     log:
@@ -205,7 +209,7 @@ rule tab_falsification:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_falsification --run-config {input.config} --subject engine-{wildcards.exp}"
-        " --falsification {input.falsification:q} --csv {output.csv:q} -o {output.tex:q} 2> {log}"
+        " --falsification {input.falsification:q} {params.drafted} --csv {output.csv:q} -o {output.tex:q} 2> {log}"
 
 
 rule fig10_sim_engine:

@@ -4,7 +4,10 @@ Input: ``specrepro falsify``'s document (:mod:`specrepro.analysis.falsify`): per
 acceptance swapped, every / no draft accepted, another dataset's acceptance, n-gram's and EAGLE's swapped, no traces)
 the median, worst and mean signed |error| over the same measured points, its median against the real one's, and the
 ordering agreement of methods within a (dataset, B), of datasets within a (method, k, B) and of k within a (dataset,
-method, B), each with the score of always guessing the most common measured order.
+method, B), each with the score of always guessing the most common measured order. With the experiment's draft
+jobs (``specrepro engine-drafted``'s summary), a last row gives the noise floor no simulator can beat on the machine:
+the same configuration measured in two jobs (a controlled run replaying a method's own trace against that method's
+fixed-k job), their speedups' median and largest |difference|.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ SPEC = FigureSpec(
         "other datasets). Median, worst and mean signed error (> 0: the simulator optimistic), the median against the "
         "real one's (a wrong input should give at least 1.5x), and ordering agreement (groups with no discordant pair "
         "/ groups; in brackets, always guessing the most common measured order): methods within a (dataset, B), "
-        "datasets within a (method, k, B) (acceptance alone tells these apart), k within a (dataset, method, B)."
+        "datasets within a (method, k, B) (acceptance alone tells these apart), k within a (dataset, method, B). "
+        "Where the experiment ran draft jobs, the last row is the noise floor: the same configuration measured in two "
+        "jobs (median and largest |difference| of their speedups), below which no closed loop can be checked here."
     ),
     paper_statement="The paper does not compare its simulator with its measured speedups.",
     data="engine runs and this run's engine traces",
@@ -38,7 +43,7 @@ SPEC = FigureSpec(
 LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapped",
           "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
           "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
-          "no-traces": "no traces (other datasets' mean)"}
+          "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: the same configuration, another job"}
 COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_error", "optimistic_points", "ratio",
            "falsified", "not_applicable"] + [f"{n}_{c}" for n, _, _ in ORDERINGS
                                               for c in ("groups", "agreeing", "baseline_agreeing")]
@@ -46,10 +51,13 @@ COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_err
 
 def add_arguments(p) -> None:
     p.add_argument("--falsification", required=True, help="results/simulator/engine-<exp>/falsification.json")
+    p.add_argument("--drafted", help="results/simulator/engine-<exp>/drafted.json (its repeat check: the noise floor)")
     p.add_argument("--csv", required=True)
 
 
-def rows(doc: dict) -> pd.DataFrame:
+def rows(doc: dict, drafted: dict | None = None) -> pd.DataFrame:
+    """One row per variant of ``doc``; the noise-floor row (``repeat``) from ``drafted``'s repeat check if it paired
+    any configuration."""
     out = []
     for v in VARIANTS:
         s = (doc.get("variants") or {}).get(v)
@@ -61,6 +69,10 @@ def rows(doc: dict) -> pd.DataFrame:
             for c in ("groups", "agreeing", "baseline_agreeing"):
                 r[f"{n}_{c}"] = o.get(c)
         out.append(r)
+    rep = (drafted or {}).get("repeat") or {}
+    if rep.get("pairs"):
+        out.append({"variant": "repeat", "points": rep["pairs"], "median_abs_error": rep["median_abs"],
+                    "worst_abs_error": rep["max_abs"]})
     return pd.DataFrame(out, columns=COLUMNS)
 
 
@@ -82,6 +94,10 @@ def to_latex(t: pd.DataFrame) -> str:
         if isinstance(r.not_applicable, str) and r.not_applicable:
             lines.append(f"{name} & \\multicolumn{{7}}{{l}}{{not applicable: {tex_escape(r.not_applicable)}}} \\\\")
             continue
+        if r.variant == "repeat":
+            lines += [r"\midrule", f"{name} ({int(r.points)} pairs) & {pct(r.median_abs_error)} & "
+                                    f"{pct(r.worst_abs_error)} & \\multicolumn{{5}}{{l}}{{}} \\\\"]
+            continue
         ratio = "--" if r.ratio is None or r.ratio != r.ratio else f"{r.ratio:.1f}"
         lines.append(f"{name} & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & {pct(r.mean_error, True)} & "
                      f"{ratio} & {order(r, 'order_methods')} & {order(r, 'order_datasets')} & {order(r, 'order_k')} \\\\")
@@ -91,6 +107,6 @@ def to_latex(t: pd.DataFrame) -> str:
 
 
 def build(args, ctx: TraceContext) -> None:
-    t = rows(read_json(args.falsification))
+    t = rows(read_json(args.falsification), read_json(args.drafted) if args.drafted else None)
     write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
     write_text(args.output, to_latex(t))
