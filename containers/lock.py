@@ -4,6 +4,7 @@
 Usage (from the repository root, with a Python of the image's version, here 3.12, and pip >= 26.0):
 
     python3.12 containers/lock.py containers/vllm-paper.in
+    python3 containers/lock.py --sizes containers/vllm-paper.lock   # bytes its pins download (README's table)
 
 The resolver is pip's own (``pip install --dry-run --report``) against PyPI alone (no pip configuration,
 no other index) for the image's platform (Ubuntu 24.04: glibc 2.39, x86_64), limited to files uploaded
@@ -29,6 +30,7 @@ the image installs those in a second, separate step. Directives in the ``.in`` f
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import base64
 import hashlib
 import io
@@ -245,10 +247,39 @@ def resolve(reqs: list[str], opts: dict) -> dict[str, dict]:
     return pins
 
 
+def download_sizes(lock_text: str, index: str = INDEX) -> tuple[int, int, list[str]]:
+    """(bytes, files) of the files a lock's hashed pins name on the index (PEP 700 ``size``), and the pins it could
+    not size: unhashed ones (another index) and any whose file the index lists without a size."""
+    pins = []
+    for line in lock_text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            pins.append((line.split()[0], re.findall(r"--hash=sha256:([0-9a-f]{64})", line)))
+
+    def size(pin):
+        spec, hashes = pin
+        if not hashes:
+            return spec, None
+        files = {f["hashes"].get("sha256"): f for f in simple_page(spec.split("==")[0], index)["files"]}
+        f = next((files[h] for h in hashes if h in files), None)
+        return spec, (int(f["size"]) if f is not None and f.get("size") is not None else None)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        sized = list(pool.map(size, pins))
+    got = [n for _, n in sized if n is not None]
+    return sum(got), len(got), [spec for spec, n in sized if n is None]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("infile", type=Path)
+    ap.add_argument("infile", type=Path, help="an image's .in file (or, with --sizes, its .lock)")
+    ap.add_argument("--sizes", action="store_true",
+                    help="print how many bytes of files the lock's pins download from the index, and what it cannot size")
     a = ap.parse_args()
+    if a.sizes:
+        total, files, missing = download_sizes(a.infile.read_text())
+        print(f"{a.infile}: {total / 1e9:.2f} GB in {files} files from {INDEX}"
+              + (f"; not sized: {', '.join(missing)}" if missing else ""))
+        return
     reqs, opts = parse_in(a.infile.read_text())
     pins = resolve(reqs, opts)
     python = f"{sys.version_info.major}.{sys.version_info.minor}"

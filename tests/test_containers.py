@@ -435,6 +435,21 @@ def test_lock_is_lock_py_output_of_its_in(stem):
     assert labels((REPO / "containers" / f"{stem}.def").read_text())["pip.uploaded_prior_to"] == opts["cutoff"]
 
 
+def test_lock_py_sizes_count_the_hashed_files_and_name_the_rest(monkeypatch):
+    """Issue 21: the README's image table gives each lock's download size from the index's own file sizes (PEP 700);
+    a pin with no hash (another index) or whose file the index lists without a size is named, not guessed."""
+    lp = lockpy()
+    pages = {"a": {"files": [{"hashes": {"sha256": "1" * 64}, "size": 1000},
+                             {"hashes": {"sha256": "2" * 64}, "size": 5}]},
+             "b-c": {"files": [{"hashes": {"sha256": "3" * 64}}]}}
+    monkeypatch.setattr(lp, "simple_page", lambda name, index=lp.INDEX: pages[lp.canonical(name)])
+    lock = ("# header\n"
+            f"a==1.0 --hash=sha256:{'9' * 64} --hash=sha256:{'1' * 64}\n"
+            f"B_c==2.0 --hash=sha256:{'3' * 64}\n"
+            "torch==2.7.1+cu128  # override; unhashed: from https://download.pytorch.org/whl/cu128\n")
+    assert lp.download_sizes(lock) == (1000, 1, ["B_c==2.0", "torch==2.7.1+cu128"])
+
+
 def test_lock_py_parses_override_and_absent_directives():
     lp = lockpy()
     reqs, opts = lp.parse_in("# uploaded-prior-to: 2025-01-01T00:00:00Z\n"
