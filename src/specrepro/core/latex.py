@@ -51,6 +51,18 @@ def fit_width(tabular: list[str]) -> list[str]:
             r"\else\usebox{\fitwidthbox}\fi"]
 
 
+def tabular_per_group(head: list[str], groups) -> list[str]:
+    """One tabular per group of body rows, each opened by ``head`` (its ``\\begin{tabular}``, ``\\toprule``, header
+    row and ``\\midrule``) and closed, separated by ``\\medskip``: the report sets a file of several tabulars in the
+    text's flow, breaking between them, where one tall tabular would be scaled to the page below 7 pt."""
+    lines: list[str] = []
+    for body in groups:
+        if lines:
+            lines += ["", r"\medskip"]
+        lines += [*head, *body, r"\bottomrule", r"\end{tabular}"]
+    return lines
+
+
 def grouped_rows(rows, key: str, lines: list):
     """(group label, row) per row: the label only on a group's first row, ``\\addlinespace`` between groups."""
     prev = None

@@ -17,7 +17,7 @@ import yaml
 from . import FigureSpec, TraceContext
 from ..core.costmodel import load_cost_model
 from ..core.io import SpecReproError, read_json, write_csv, write_text
-from ..core.latex import tex_escape
+from ..core.latex import tabular_per_group, tex_escape
 
 SPEC = FigureSpec(
     name="tab_costfit",
@@ -80,20 +80,18 @@ def _num(v, f="{:.3g}") -> str:
 
 
 def to_latex(t: pd.DataFrame, note: str) -> str:
-    """One tabular per experiment: the report sets a file of several tabulars in the text's flow, breaking between
-    them, where one tabular of every experiment would be scaled to the page below 7 pt (core.layout.MIN_TEXT_PT)."""
-    lines: list[str] = []
-    for _, rows in t.groupby("exp", sort=False):
-        if lines:
-            lines += ["", r"\medskip"]
-        lines += [r"\begin{tabular}{@{}llllrrrr@{}}", r"\toprule",
-                  r"experiment & role & coefficient & value & $R^2$ & steps & paper (H100) & ratio \\", r"\midrule"]
+    """One tabular per experiment (:func:`~specrepro.core.latex.tabular_per_group`), then the note."""
+    head = [r"\begin{tabular}{@{}llllrrrr@{}}", r"\toprule",
+            r"experiment & role & coefficient & value & $R^2$ & steps & paper (H100) & ratio \\", r"\midrule"]
+
+    def body(rows):
         for i, r in enumerate(rows.itertuples(index=False)):
             name = f"\\texttt{{{tex_escape(r.exp)}}} ({tex_escape(r.source)})" if i == 0 else ""
             val = _num(r.value) + (" (assumed)" if r.assumed else "")
-            lines.append(f"{name} & {tex_escape(r.role)} & {tex_escape(r.coefficient)} & {val} & {_num(r.r2, '{:.2f}')} & "
-                         f"{int(r.n_points)} & {_num(r.paper)} & {_num(r.ratio, '{:.2f}')} \\\\")
-        lines += [r"\bottomrule", r"\end{tabular}"]
+            yield (f"{name} & {tex_escape(r.role)} & {tex_escape(r.coefficient)} & {val} & {_num(r.r2, '{:.2f}')} & "
+                   f"{int(r.n_points)} & {_num(r.paper)} & {_num(r.ratio, '{:.2f}')} \\\\")
+
+    lines = tabular_per_group(head, [list(body(g)) for _, g in t.groupby("exp", sort=False)])
     if note:
         lines += ["", r"\smallskip", f"{{\\footnotesize {tex_escape(note)}}}"]
     return "\n".join(lines) + "\n"

@@ -49,7 +49,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ..engine.results.metrics import load_points, pooled_acceptance
 from ..core.io import SpecReproError, read_json, write_csv, write_json, write_text
-from ..core.latex import tex_escape
+from ..core.latex import tabular_per_group, tex_escape
 from ..core.uncertainty import (MIN_INTERVAL_REQUESTS, Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci,
                                 bootstrap_ratio_ci)
 from ..analysis.enginesim import best_fixed
@@ -355,26 +355,21 @@ def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, 
 
 
 def to_latex(t: pd.DataFrame) -> str:
-    """One tabular per experiment (and one for the drafters): the report sets a file of several tabulars in the
-    text's flow, breaking between them, where one tall tabular was scaled to the page below 7 pt."""
+    """One tabular per experiment and one for the drafters (:func:`~specrepro.core.latex.tabular_per_group`)."""
     head = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.19\textwidth}>{\raggedright\arraybackslash}p{0.11\textwidth}"
             r">{\raggedright\arraybackslash}p{0.40\textwidth}>{\raggedright\arraybackslash}p{0.2\textwidth}@{}}",
             r"\toprule", r"Finding & shown & measured here & paper \\", r"\midrule"]
-    if not len(t):
-        return "\n".join(head + [r"\multicolumn{4}{c}{no experiment with trend checks} \\", r"\bottomrule",
-                                 r"\end{tabular}", ""])
-    lines: list[str] = []
-    for _, g in t.groupby("exp", sort=False):
-        if lines:
-            lines += ["", r"\medskip"]
-        lines += head
+
+    def body(g):
         for r in g.itertuples(index=False):
             shown = r.shown if isinstance(r.shown, str) else {True: "yes", False: "no"}.get(
                 None if r.shown is None or r.shown != r.shown else bool(r.shown), "n/a")
-            lines.append(f"{tex_escape(r.check)} & {tex_escape(shown)} & {{\\scriptsize {tex_escape(r.measured)}}} & "
-                         f"{{\\scriptsize {tex_escape(r.paper)}}} \\\\")
-        lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines + [""])
+            yield (f"{tex_escape(r.check)} & {tex_escape(shown)} & {{\\scriptsize {tex_escape(r.measured)}}} & "
+                   f"{{\\scriptsize {tex_escape(r.paper)}}} \\\\")
+
+    groups = [list(body(g)) for _, g in t.groupby("exp", sort=False)] or [
+        [r"\multicolumn{4}{c}{no experiment with trend checks} \\"]]
+    return "\n".join(tabular_per_group(head, groups) + [""])
 
 
 def build(args, ctx: TraceContext) -> None:
