@@ -426,6 +426,28 @@ def test_ordering_claims_name_registered_quantities(registry):
             assert c.measured_by in keys and c.than in keys, c.id
 
 
+def test_ordering_values_are_the_figure_they_cite(registry):
+    """An ordering's two paper values (shown beside it) are those of the figure it cites where a figure claim reads the
+    same key: the figure's 4.89, not the text's 4.9 under a "Fig. 12(a)" source (issue 24, item 1)."""
+    import re
+
+    figure_values: dict[str, set] = {}
+    for c in registry.values():
+        if c.kind == "value" and c.measured_by and c.source.startswith("Fig"):
+            figure_values.setdefault(c.measured_by, set()).add(c.value)
+    checked = 0
+    for c in registry.values():
+        if c.kind != "ordering" or not re.match(r"Figs?\. \d", c.source):
+            continue
+        for key, v in ((c.measured_by, c.value), (c.than, c.value_b)):
+            if key in figure_values and v is not None:
+                checked += 1
+                assert v in figure_values[key], (c.id, key, v, sorted(figure_values[key]), c.source)
+    assert checked >= 40
+    o12 = registry["O12-ic-combine-above-ngram-oracle-b1"]
+    assert o12.source == "Fig. 12(a)" and o12.value == registry["F12-instructcoder-combined-b1"].value == 4.89
+
+
 def test_per_model_simulator_claims_name_keys_the_run_writes():
     """Figs. 10/12 per model (evidence engine: GPU runs only): every key is one specrepro.analysis.enginesim writes for a
     paper experiment with traces, at one of its datasets, traced methods and batch sizes."""

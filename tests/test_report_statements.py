@@ -114,3 +114,28 @@ def test_findings_are_one_sentence_from_their_csv(tmp_path):
                  ).to_csv(tmp_path / "t.csv", index=False)
     assert engine_trends.finding(tmp_path / "t.csv") == (
         "m shows 1 of the 3 paper trends checked here (a); not shown: b; not resolved: c.")
+
+
+def test_a_caption_names_the_papers_figure_once():
+    """Issue 24, item 7a: the template opens a caption with "The paper's Fig. N." (its ``paper_ref``); a caption that
+    opened with it again printed "The paper's Fig. 10. The paper's Fig. 10 for ..." (Figs. R12, R13)."""
+    import re
+
+    from specrepro import figures as figreg
+    from specrepro.report import Item, _Keep, render
+    from test_report import TEMPLATES, minimal
+
+    specs = figreg.all_specs()
+    for s in specs:
+        if s.paper_ref.startswith("Fig"):
+            assert not s.caption.startswith("The paper's"), f"{s.name}: the template already names {s.paper_ref}"
+    run_config, prov, claims = minimal("cpu")
+    items = [Item(s, "toy", "Toy", f"../figures/{s.name}-toy.{'pdf' if s.kind == 'figure' else 'tex'}",
+                  s.caption.format_map(_Keep(subject_label="Toy"))) for s in specs]
+    tex = render(TEMPLATES, run_config, prov, claims, items, [])
+    for name in ("fig10_sim_engine", "fig12_sim_engine"):
+        spec = figreg.spec(name)
+        cap = spec.caption.format_map(_Keep(subject_label="Toy"))
+        # the caption is rendered, once, after the template's one prefix
+        assert f"\\emph{{The paper's {spec.paper_ref}.}} Redrawn for Toy" in tex and cap.startswith("Redrawn for Toy")
+    assert not re.findall(r"\\emph\{The paper's [^}]*\}\s*The paper's", tex)

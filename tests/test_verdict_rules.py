@@ -1,4 +1,4 @@
-"""Page 1 states the two decision rules with the counts under each, and the counts are what the rules applied give
+"""Page 1 states the decision rules (as many as it names) with the counts under each, and the counts are what the rules applied give
 (issue 24, item 1): recomputed from the claims table, each claim re-decided by the rule the page names for it."""
 
 from __future__ import annotations
@@ -63,12 +63,24 @@ def recount(table: pd.DataFrame, registry: dict) -> dict[str, dict[str, int]]:
     return out
 
 
+NUMBER_WORDS = {"One": 1, "Two": 2, "Three": 3, "Four": 4}
+
+
+def assert_rules_named_match_rules_listed(text: str, listed: int) -> None:
+    """``<N> rules decide them`` names as many rules as the text then lists (issue 24: page 1 said "Two rules" and
+    listed three where claims without an interval were decided)."""
+    m = re.search(r"(\w+) rules? decides? (?:them|it)\b", text)
+    assert m, "no '<N> rules decide' sentence"
+    assert NUMBER_WORDS.get(m[1]) == listed, f"says {m[1]!r} rules decide, lists {listed}"
+
+
 def check_page_one(table: pd.DataFrame, registry: dict) -> None:
     run_config, prov, _ = minimal("cpu")
     tex = render(TEMPLATES, run_config, prov, table, [], [])
     page1 = tex[:tex.index("\\clearpage")]
     want = {n: c for n, c in recount(table, registry).items() if c["total"] or n != "No interval"}
     assert page_counts(page1) == want
+    assert_rules_named_match_rules_listed(page1, len(want))
     # the wording of each rule: fidelity on the point, statistics on the whole interval
     assert re.search(r"Simulator fidelity.*?\\emph\{point value\}", page1, re.S)
     assert re.search(r"Statistically reproduced.*?whole 95\\,\\% \\emph\{interval\} satisfies", page1, re.S)
@@ -104,6 +116,24 @@ def test_page_one_rules_match_the_rules_applied(tmp_path):
     wrong.loc[wrong["id"] == "same", "decided_on"] = INTERVAL
     with pytest.raises(AssertionError, match="page 1 says Statistically reproduced"):
         check_page_one(wrong, registry)
+    # without a claim decided on a point of no interval, page 1 lists (and names) two rules
+    two = table[table["decided_on"] != POINT]
+    check_page_one(two, registry)
+    assert "No interval" not in page_counts(render(TEMPLATES, *minimal("cpu")[:2], two, [], []))
+    # the old page's "Two rules decide them" before three listed rules fails the count
+    with pytest.raises(AssertionError, match="says 'Two' rules decide, lists 3"):
+        assert_rules_named_match_rules_listed("Two rules decide them", len(counts))
+
+
+def test_appendix_names_as_many_rules_as_it_lists():
+    """The appendix's "How a claim is decided" names its rules (\\emph{...}:) and says how many there are."""
+    run_config, prov, claims = minimal("cpu")
+    tex = render(TEMPLATES, run_config, prov, claims, [], [])
+    how = tex[tex.index("How a claim is decided"):]
+    how = how[:how.index("Not measured}")]
+    listed = re.findall(r"\\emph\{(Simulator fidelity|Statistically reproduced|No interval)\}:", how)
+    assert listed == ["Simulator fidelity", "Statistically reproduced", "No interval"]
+    assert_rules_named_match_rules_listed(how, len(listed))
 
 
 @pytest.mark.skipif(not (REPO / "results" / "claims.csv").exists(), reason="no results/claims.csv (run the pipeline)")

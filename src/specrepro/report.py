@@ -110,7 +110,8 @@ SECTIONS: tuple[Section, ...] = (
             roles=frozenset({CPU_MODEL}),
             intro="The paper's suggested next step, built into vLLM through the project's plugin and measured on this "
                   "run's real CPU model: n-gram and the trained EAGLE head both propose every step, and a policy picks "
-                  "one draft per request and step. The finding opens the table; where the hybrid loses follows it."),
+                  "one draft per request and step. The finding above is the table's, from its CSV; where the hybrid "
+                  "loses, and why, follows the table."),
     Section("run", "What was run", RUN, ("tab_engine_jobs", "tab_head_positions", "tab_runtime", "fig_costfit",
                                          "tab_costfit", "tab_engine_exercise")),
     # every other figure of a CPU run's engines (with report.standin_figures: the stand-ins' too): "*" = any name

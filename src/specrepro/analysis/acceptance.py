@@ -65,19 +65,25 @@ OUTPUT_CAP = 8192
 
 
 def capped_outputs(positions: pd.DataFrame, proposers: Sequence[str], cap: int = OUTPUT_CAP) -> pd.DataFrame:
-    """Per dataset x proposer: the requests whose trace runs to the generation cap (``cap`` positions: cut off, not
-    finished), the share of the trace positions they hold and the mean acceptance length without them
-    (columns ``capped_requests, capped_share, mean_uncapped``)."""
+    """Per dataset x proposer: the outputs of that proposer's trace that run to the generation cap (``cap``
+    positions: cut off, not finished; ``capped_requests``), the share of that trace's positions they hold
+    (``capped_share``), the mean acceptance length without them (``mean_uncapped``), and, the same on every row of a
+    dataset, how many distinct requests are capped in at least one proposer's trace (``capped_requests_any``: the
+    traces need not cap the same requests, so it is no sum or maximum of the per-proposer counts)."""
     sub = positions[positions["proposer"].isin(list(proposers))]
-    rows = []
+    rows, capped_ids = [], {}
     for (ds, prop), g in sub.groupby(["dataset", "proposer"], sort=True, observed=True):
         per = g.groupby("request_id", observed=True)["acc_len"].agg(["size", "sum"])
         capped = per["size"] >= cap
         rest = per[~capped]
+        capped_ids.setdefault(str(ds), set()).update(str(r) for r in per.index[capped])
         rows.append({"dataset": str(ds), "proposer": str(prop), "capped_requests": int(capped.sum()),
                      "capped_share": float(per.loc[capped, "size"].sum() / per["size"].sum()),
                      "mean_uncapped": float(rest["sum"].sum() / rest["size"].sum()) if len(rest) else float("nan")})
-    return pd.DataFrame(rows, columns=["dataset", "proposer", "capped_requests", "capped_share", "mean_uncapped"])
+    for r in rows:
+        r["capped_requests_any"] = len(capped_ids[r["dataset"]])
+    return pd.DataFrame(rows, columns=["dataset", "proposer", "capped_requests", "capped_share", "mean_uncapped",
+                                       "capped_requests_any"])
 
 
 def acceptance_stats(positions: pd.DataFrame, proposers: Sequence[str]) -> pd.DataFrame:

@@ -42,7 +42,7 @@ from ..core.costmodel import load_cost_model
 from ..core.errors import SpecReproError
 from ..sim.simulator import SimSpec, simulate
 from ..core.traces import TraceRecord, read_trace
-from ..core.uncertainty import bootstrap_ratio_ci
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, bootstrap_ratio_ci
 from .enginesim import fitted_drafters, workload
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..core.io import read_json, read_parquet, write_csv, write_json
@@ -275,6 +275,7 @@ def diagnostics(table: pd.DataFrame, fit_report: Mapping | None, repeat: Mapping
         half = (table["measured_ci_high"] - table["measured_ci_low"]) / 2 / table["measured"]
         out["median_measured_ci_half_width"] = float(np.nanmedian(half)) if half.notna().any() else None
         out["median_requests"] = float(table["requests"].median())
+        out["min_requests"] = float(table["requests"].min())
     if fit_report:
         t = fit_report.get("target") or {}
         out["fit_source"] = fit_report.get("source")
@@ -287,6 +288,21 @@ def diagnostics(table: pd.DataFrame, fit_report: Mapping | None, repeat: Mapping
         out["overhead_by_config_s"] = fit_report.get("overhead_by_config")
         out["prefill_drafting_share_by_config"] = fit_report.get("prefill_drafting_share_by_config")
     return out
+
+
+def _too_few(diag: Mapping) -> bool:
+    """Whether some compared point rests on fewer than MIN_INTERVAL_REQUESTS requests (its interval is no 95 % one);
+    diagnostics without ``min_requests`` (written before it) go by the median."""
+    n = diag.get("min_requests", diag.get("median_requests"))
+    return n is not None and math.isfinite(n) and n < MIN_INTERVAL_REQUESTS
+
+
+def _requests_text(diag: Mapping) -> str:
+    """``2``, or ``2 or more (median 4)``: the requests per compared point."""
+    lo, med = diag.get("min_requests"), diag.get("median_requests", 0)
+    if lo is None or lo == med:
+        return f"{med:.0f}"
+    return f"{lo:.0f} or more (median {med:.0f})"
 
 
 def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
@@ -308,8 +324,11 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
                      "discordant)"
                      + (f", where always guessing the most common measured order scores {r['ranking_baseline_agreeing']} "
                         f"of {r['groups']}" if r.get("ranking_baseline_agreeing") is not None else ""))
+    # under MIN_INTERVAL_REQUESTS requests a point's bootstrap interval is no 95 % interval (2 requests: the range of
+    # their two speedups); what it still says is stated as that, not as a 95 % interval
+    few = _too_few(diag)
     parts.append(f"{r.get('within_measured_ci', 0)} of {summary['points']} simulated values lie inside the measured "
-                 "95 % interval")
+                 + ("bootstrap range (no 95 % interval: see below)" if few else "95 % interval"))
     n_in = r.get("in_sample_points") or 0
     if n_in == summary["points"]:
         parts.append("every point is in-sample (the cost model saw its requests), so this is no error estimate")
@@ -321,7 +340,12 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
         parts.append("no point is in-sample (the profiled passes ran none of the benchmark's requests)")
     why = []
     hw = diag.get("median_measured_ci_half_width")
-    if hw is not None and math.isfinite(hw):
+    if hw is not None and math.isfinite(hw) and few:
+        why.append(f"the measured speedups rest on {_requests_text(diag)} requests per point: too few for a 95 % "
+                   f"interval (at least {MIN_INTERVAL_REQUESTS}), none stated; the bootstrap over those requests spans "
+                   f"±{100 * hw:.0f} % around a speedup (median), which understates the measurement's noise rather than "
+                   "bounding it")
+    elif hw is not None and math.isfinite(hw):
         why.append(f"the measured speedups' own 95 % intervals are ±{100 * hw:.0f} % (median; "
                    f"{diag.get('median_requests', 0):.0f} requests per point)")
     if diag.get("target_mean_abs_relative_residual") is not None:

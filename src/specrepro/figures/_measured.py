@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS
+
 MEASURED_LABEL = "upper bound, measured"
 SIMULATED_LABEL = "upper bound, simulated (same requests, engine's accounting)"
 
@@ -24,16 +26,23 @@ def load_bounds(path: str | None) -> pd.DataFrame:
 
 
 def plot_measured(ax, bounds: pd.DataFrame, dataset: str, method: str, color: str) -> bool:
-    """Measured oracle ``method`` (``oracle-<m>``) on ``dataset``: filled diamonds with their 95 % interval, and the
-    simulator's value for the same requests and B (engine accounting) as open diamonds beside them."""
+    """Measured oracle ``method`` (``oracle-<m>``) on ``dataset``: filled diamonds with their 95 % interval (none
+    over fewer than MIN_INTERVAL_REQUESTS requests), and the simulator's value for the same requests and B (engine
+    accounting) as open diamonds beside them."""
     if bounds.empty:
         return False
     s = bounds[(bounds["dataset"] == dataset) & (bounds["method"] == method)].sort_values("batch_size")
     if s.empty:
         return False
-    yerr = [(s["measured"] - s["measured_ci_low"]).clip(lower=0), (s["measured_ci_high"] - s["measured"]).clip(lower=0)]
-    ax.errorbar(s["batch_size"], s["measured"], yerr=yerr, color=color, marker="D", markersize=4, linestyle="none",
-                capsize=2, elinewidth=0.8, zorder=5, label=MEASURED_LABEL)
+    # an interval over too few requests is not a 95 % interval: no bar (the figure's note says so)
+    shown = s["requests"] >= MIN_INTERVAL_REQUESTS if "requests" in s else pd.Series(True, index=s.index)
+    ax.plot(s["batch_size"], s["measured"], color=color, marker="D", markersize=4, linestyle="none", zorder=5,
+            label=MEASURED_LABEL)
+    e = s[shown]
+    if not e.empty:
+        ax.errorbar(e["batch_size"], e["measured"], yerr=[(e["measured"] - e["measured_ci_low"]).clip(lower=0),
+                                                          (e["measured_ci_high"] - e["measured"]).clip(lower=0)],
+                    fmt="none", ecolor=color, capsize=2, elinewidth=0.8, zorder=5)
     ax.plot(s["batch_size"], s["simulated"], color=color, marker="D", markersize=4, markerfacecolor="white",
             linestyle="none", zorder=6, label=SIMULATED_LABEL)
     return True

@@ -8,6 +8,7 @@ from typing import Sequence
 import pandas as pd
 
 from ..core.errors import SpecReproError
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS
 from ..analysis.claims import load_claims
 
 #: policy -> (label, colour, marker, line style); the paper's Fig. 10 assignment
@@ -78,16 +79,46 @@ def bs_axis(ax, batch_sizes) -> None:
 
 
 def band(ax, s: pd.DataFrame, color: str, alpha: float = 0.15) -> None:
-    """The rows' 95 % intervals (columns ci_low, ci_high) as a shaded band behind their curve."""
+    """The rows' 95 % intervals (columns ci_low, ci_high) as a shaded band behind their curve; none at rows of fewer
+    than MIN_INTERVAL_REQUESTS requests (column ``requests``: a CPU run's engine traces have 2 per dataset), which the
+    figure says once, in a note above it (:func:`few_requests_note`)."""
     if "ci_low" not in s or not s["ci_low"].notna().any():
         return
-    ok = s["ci_low"].notna() & s["ci_high"].notna()
-    ax.fill_between(s.loc[ok, "batch_size"], s.loc[ok, "ci_low"], s.loc[ok, "ci_high"], color=color, alpha=alpha,
-                    linewidth=0, zorder=1)
+    lo, hi = s["ci_low"], s["ci_high"]
+    if "requests" in s:
+        few = s["requests"].notna() & (s["requests"] < MIN_INTERVAL_REQUESTS)
+        if few.any():
+            few_requests_note(ax.figure, s.loc[few, "requests"])
+        lo, hi = lo.where(~few), hi.where(~few)
+    ok = lo.notna() & hi.notna()
+    if not ok.any():
+        return
+    ax.fill_between(s.loc[ok, "batch_size"], lo[ok], hi[ok], color=color, alpha=alpha, linewidth=0, zorder=1)
+
+
+#: gid of the note under a figure that some of its curves have no band
+FEW_REQUESTS_GID = "few-requests-note"
+
+
+def few_requests_note(fig, requests) -> None:
+    """Say above ``fig``, once however many panels call it, that curves over these request counts have no band."""
+    ns = set(getattr(fig, "_few_requests", set())) | {int(n) for n in requests}
+    fig._few_requests = ns
+    lo, hi = min(ns), max(ns)
+    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    text = (f"No band for curves over {n} requests per point: too few for a 95 % interval "
+            f"(at least {MIN_INTERVAL_REQUESTS}).")
+    note = next((t for t in fig.texts if t.get_gid() == FEW_REQUESTS_GID), None)
+    if note is None:
+        # above the figure's top edge: the figures that call it keep their bottom for a legend of any width and their
+        # top for the closed loop's lines (a suptitle inside the figure)
+        fig.text(0.0, 1.005, text, ha="left", va="bottom", fontsize=6, color="#444444", gid=FEW_REQUESTS_GID)
+    else:
+        note.set_text(text)
 
 
 def plot_policy(ax, s: pd.DataFrame, pol: str) -> None:
-    """One policy's simulated speedup against batch size (Fig. 10's styles) over its 95 % band."""
+    """One policy's simulated speedup against batch size (Fig. 10's styles) over its 95 % band (:func:`band`)."""
     label, color, marker, ls = POLICY_STYLE[pol]
     ax.plot(s["batch_size"], s["speedup"], color=color, marker=marker, linestyle=ls,
             markersize=6 if marker == "*" else 3.5, label=label)

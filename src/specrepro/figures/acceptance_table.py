@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ..analysis import acceptance
 from ..core.io import write_csv, write_json, write_text
-from ..core.latex import tex_escape
+from ..core.latex import tex_breakable, tex_escape
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
 from ._data import load_concat
 
 SPEC = FigureSpec(
@@ -19,7 +22,8 @@ SPEC = FigureSpec(
         "Tokens per verification step over all output positions ({subject_label}): mean, median and 90th "
         "percentile; the median over requests of the per-request mean; and the share of index-paired "
         "positions where this proposer produces strictly more tokens than the other (the rest are ties). In "
-        "brackets: 95 % bootstrap intervals over requests (whole requests resampled; the CSV has every statistic's)."
+        "brackets: 95 % bootstrap intervals over requests (whole requests resampled; none over fewer than "
+        f"{MIN_INTERVAL_REQUESTS} requests, and the note under the table says so; the CSV has every statistic's)."
     ),
     paper_statement=(
         "n-gram's acceptance is bimodal (mostly 1, sometimes very long) while EAGLE's is steadier; each "
@@ -36,10 +40,31 @@ def add_arguments(p) -> None:
 
 
 def _ci(row, col: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    """`` [low, high]`` in small type; nothing where the row has none or rests on fewer than MIN_INTERVAL_REQUESTS
+    requests (a bootstrap over 2 requests printed 1.00 [1.00, 1.00]: no 95 % interval)."""
     lo, hi = getattr(row, f"{col}_ci_low", float("nan")), getattr(row, f"{col}_ci_high", float("nan"))
+    lo, hi = printable_interval(lo, hi, getattr(row, "requests", None))
     if pd.isna(lo) or pd.isna(hi):
         return ""
     return " {\\scriptsize [" + fmt.format(scale * lo) + ", " + fmt.format(scale * hi) + "]}"
+
+
+def _count(ns) -> str:
+    """``2`` or ``2-5``: the fewest and most of some request counts."""
+    lo, hi = int(min(ns)), int(max(ns))
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def few_requests_note(stats: pd.DataFrame) -> str:
+    """One sentence under the table where some rows rest on too few requests for a 95 % interval (none printed)."""
+    n = stats["requests"] if "requests" in stats else pd.Series(dtype=float)
+    few = n[n < MIN_INTERVAL_REQUESTS]
+    if few.empty:
+        return ""
+    where = "" if len(few) == len(n) else f" in {len(few)} of {len(n)} rows"
+    return ("\\par\\smallskip\\noindent{\\footnotesize " + f"{_count(few)} requests per dataset and proposer{where}: "
+            f"too few for a 95 \\% interval (at least {MIN_INTERVAL_REQUESTS}), none shown; the CSV keeps the bootstrap's "
+            "columns.}\n")
 
 
 def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:
@@ -80,24 +105,35 @@ def build(args, ctx: TraceContext) -> None:
     capped = acceptance.capped_outputs(positions, list(ctx.proposers))
     stats = stats.merge(capped, on=["dataset", "proposer"], how="left")
     write_csv(args.csv, stats)
-    write_text(args.output, to_latex(stats, ctx) + capped_note(stats, ctx))
+    write_text(args.output, to_latex(stats, ctx) + few_requests_note(stats) + capped_note(stats, ctx, Path(args.csv).name))
 
 
-def capped_note(stats: pd.DataFrame, ctx: TraceContext) -> str:
+def capped_note(stats: pd.DataFrame, ctx: TraceContext, csv_name: str = "") -> str:
     """One sentence on the outputs cut off at the generation cap, where any are (their positions weigh in every
-    statistic above)."""
-    c = stats[stats.get("capped_requests", pd.Series(0, index=stats.index)).fillna(0) > 0]
-    if c.empty:
+    statistic above): per dataset, the distinct requests capped in any trace, and per proposer's trace its capped
+    outputs, the share of its positions they hold and its mean without them (the traces need not cap the same
+    requests). ``csv_name``: the table's CSV under ``figures/``, which the sentence names."""
+    capped = stats.get("capped_requests", pd.Series(0, index=stats.index)).fillna(0)
+    if not (capped > 0).any():
         return ""
-    n = c.groupby("dataset")["capped_requests"].max()
-    parts = []
-    for ds in [d for d in ctx.datasets if d in n.index]:
-        g = c[c["dataset"] == ds].set_index("proposer")
-        share = float(g["capped_share"].max())
-        means = "; ".join(f"{tex_escape(ctx.proposer_label(p))} mean {r['mean']:.2f} $\\to$ {r['mean_uncapped']:.2f}"
-                          for p, r in g.iterrows())
-        parts.append(f"{tex_escape(ctx.dataset_label(ds))}: {int(n[ds])} outputs, {100 * share:.0f}\\% of its positions "
-                     f"({means} without them)")
-    return ("\\par\\smallskip\\noindent{\\footnotesize " + f"{int(n.sum())} outputs stop at the generation cap of "
-            f"{acceptance.OUTPUT_CAP:,} tokens (cut off, not finished) and weigh in every statistic above by their "
-            "length: " + "; ".join(parts) + " (columns capped\\_requests, capped\\_share, mean\\_uncapped of the CSV).}\n")
+    parts, total = [], 0
+    porder = {p: i for i, p in enumerate(ctx.proposers)}
+    for ds in [d for d in ctx.datasets if (capped[stats["dataset"] == d] > 0).any()]:
+        g = stats[stats["dataset"] == ds]
+        g = g.assign(_p=g["proposer"].map(porder)).sort_values("_p", kind="mergesort")
+        n_any = (int(g["capped_requests_any"].max()) if "capped_requests_any" in g and g["capped_requests_any"].notna().any()
+                 else None)
+        total += n_any or 0
+        per = ", ".join(
+            f"{tex_escape(ctx.proposer_label(r.proposer))}'s trace {int(r.capped_requests)} outputs "
+            f"({100 * r.capped_share:.0f}\\% of its positions; mean {r.mean:.2f} $\\to$ {r.mean_uncapped:.2f} without them)"
+            for r in g.itertuples(index=False))
+        head = f"{tex_escape(ctx.dataset_label(ds))}" + (f", {n_any} requests" if n_any is not None else "")
+        parts.append(f"{head}: {per}")
+    cols = "capped\\_requests, capped\\_share, mean\\_uncapped, capped\\_requests\\_any"
+    where = f"\\texttt{{{tex_breakable('figures/' + csv_name)}}}" if csv_name else "the CSV"
+    lead = f"{total} requests have" if total else "Some requests have"
+    return ("\\par\\smallskip\\noindent{\\footnotesize " + f"{lead} an output that stops at the generation cap of "
+            f"{acceptance.OUTPUT_CAP:,} tokens (cut off, not finished) in at least one proposer's trace, and those "
+            "outputs weigh in every statistic above by their length; the capped outputs of each proposer's trace: "
+            + "; ".join(parts) + f" (columns {cols} of {where}).}}\n")

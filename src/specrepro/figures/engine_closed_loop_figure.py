@@ -1,8 +1,9 @@
 """Figure: simulated against measured speedup of one experiment, one marker per compared point (closed loop).
 
 Input: ``specrepro closed-loop``'s table and summary (:mod:`specrepro.analysis.closedloop`). x: measured speedup
-with its 95 % interval, y: simulated on the same requests with its interval; colour = method, marker = batch
-size; the dashed line is equality. The title gives the median and worst absolute error.
+with its 95 % interval, y: simulated on the same requests with its interval (no bars for a point of fewer than
+MIN_INTERVAL_REQUESTS requests: a note under the axes says so); colour = method, marker = batch size; the dashed line
+is equality. The title gives the median and worst absolute error.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from . import style
 from ..core.io import read_json
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
 
 SPEC = FigureSpec(
     name="fig_closed_loop",
@@ -23,7 +25,8 @@ SPEC = FigureSpec(
         "Simulated (paper mode, this experiment's own cost model and traces, the benchmark's requests) against "
         "measured speedup of every configuration of {subject_label} both benchmarked and traced; one marker per "
         "dataset, method, k and batch size (colour: method; marker: batch size), bars: 95 % bootstrap intervals over "
-        "the requests, dashed: equality. Points above the line are where the simulator promises more than the engine "
+        f"the requests (none for a point of fewer than {MIN_INTERVAL_REQUESTS} requests; the note under the axes says "
+        "so), dashed: equality. Points above the line are where the simulator promises more than the engine "
         "delivered."
     ),
     paper_statement=(
@@ -47,12 +50,16 @@ def build(args, ctx: TraceContext) -> None:
     fig, ax = plt.subplots(figsize=(3.6, 3.4), constrained_layout=True)
     bs = sorted(t["batch_size"].unique()) if len(t) else []
     marker = {b: MARKERS[i % len(MARKERS)] for i, b in enumerate(bs)}
+    t = printable(t)
     for r in t.itertuples(index=False):
         c = style.method_color(r.method)
-        ax.errorbar([r.measured], [r.simulated],
-                    xerr=[[max(r.measured - r.measured_ci_low, 0)], [max(r.measured_ci_high - r.measured, 0)]],
-                    yerr=[[max(r.simulated - r.simulated_ci_low, 0)], [max(r.simulated_ci_high - r.simulated, 0)]],
-                    fmt=marker[r.batch_size], color=c, markersize=4, elinewidth=0.5, capsize=0, alpha=0.9)
+        bars = {}
+        if pd.notna(r.measured_ci_low) and pd.notna(r.measured_ci_high):
+            bars["xerr"] = [[max(r.measured - r.measured_ci_low, 0)], [max(r.measured_ci_high - r.measured, 0)]]
+        if pd.notna(r.simulated_ci_low) and pd.notna(r.simulated_ci_high):
+            bars["yerr"] = [[max(r.simulated - r.simulated_ci_low, 0)], [max(r.simulated_ci_high - r.simulated, 0)]]
+        ax.errorbar([r.measured], [r.simulated], **bars, fmt=marker[r.batch_size], color=c, markersize=4,
+                    elinewidth=0.5, capsize=0, alpha=0.9)
     if len(t):
         lo = float(min(t[["measured", "simulated", "measured_ci_low", "simulated_ci_low"]].min().min(), 1.0))
         hi = float(max(t[["measured", "simulated", "measured_ci_high", "simulated_ci_high"]].max().max(), 1.0))
@@ -71,4 +78,30 @@ def build(args, ctx: TraceContext) -> None:
     ax.set_ylabel("simulated speedup")
     ax.grid(True, linestyle="--", linewidth=0.3, color="#bbbbbb")
     ax.set_axisbelow(True)
+    note = few_requests_note(t)
+    if note:
+        fig.text(0.0, -0.01, note, ha="left", va="top", fontsize=6, color="#444444")
     style.save_pdf(fig, args.output)
+
+
+def printable(t: pd.DataFrame) -> pd.DataFrame:
+    """The table with NaN intervals at points of fewer than MIN_INTERVAL_REQUESTS requests (no 95 % interval there:
+    nothing drawn); the CSV keeps them."""
+    t = t.copy()
+    if "requests" not in t or not len(t):
+        return t
+    for v in ("measured", "simulated"):
+        lh = [printable_interval(lo, hi, n) for lo, hi, n in zip(t[f"{v}_ci_low"], t[f"{v}_ci_high"], t["requests"])]
+        t[f"{v}_ci_low"], t[f"{v}_ci_high"] = [x[0] for x in lh], [x[1] for x in lh]
+    return t
+
+
+def few_requests_note(t: pd.DataFrame) -> str:
+    """Under the axes, where some points rest on fewer than MIN_INTERVAL_REQUESTS requests: they have no bars."""
+    few = t["requests"][t["requests"] < MIN_INTERVAL_REQUESTS] if len(t) and "requests" in t else []
+    if not len(few):
+        return ""
+    lo, hi = int(few.min()), int(few.max())
+    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    where = "" if len(few) == len(t) else f" ({len(few)} of {len(t)} points)"
+    return f"No bars: {n} requests per point{where},\ntoo few for a 95 % interval (at least {MIN_INTERVAL_REQUESTS})."

@@ -15,6 +15,7 @@ from ._enginesim import fmt
 from ..engine.results.metrics import config_label_text
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
 from . import style
 
 SPEC = FigureSpec(
@@ -24,7 +25,8 @@ SPEC = FigureSpec(
     paper_ref="Sec. 6 (beyond the paper)",
     caption=(
         "Every configuration of {subject_label} that was both benchmarked and traced (a fixed k): the measured speedup "
-        "(mean throughput over requests / no SD's on the same requests, 95 % paired bootstrap interval) and the "
+        "(mean throughput over requests / no SD's on the same requests, 95 % paired bootstrap interval; none over "
+        f"fewer than {MIN_INTERVAL_REQUESTS} requests, and the note below says so) and the "
         "simulator's (paper mode, B copies of a request as the benchmark ran them, on the traces of exactly those "
         "requests, with this experiment's own cost model), paired on experiment, dataset, method, k and batch size; "
         "error = simulated / measured - 1; a dagger marks an in-sample point (the cost model saw its requests). Below: "
@@ -44,21 +46,42 @@ def add_arguments(p) -> None:
     p.add_argument("--csv", required=True)
 
 
+def _with_interval(v, low, high, n) -> str:
+    """``0.66 [0.63, 0.69]``; the point alone over fewer than MIN_INTERVAL_REQUESTS requests (no 95 % interval)."""
+    low, high = printable_interval(low, high, n)
+    return fmt(v) if pd.isna(low) or pd.isna(high) else f"{fmt(v)} [{fmt(low)}, {fmt(high)}]"
+
+
+def few_requests_sentence(t: pd.DataFrame) -> str:
+    """Where points rest on fewer than MIN_INTERVAL_REQUESTS requests: that their intervals are not shown (once)."""
+    few = t["requests"][t["requests"] < MIN_INTERVAL_REQUESTS] if len(t) and "requests" in t else []
+    if not len(few):
+        return ""
+    lo, hi = int(few.min()), int(few.max())
+    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
+    where = "" if len(few) == len(t) else f" ({len(few)} of {len(t)} points)"
+    return (f"{n} requests per point{where}: too few for a 95 % interval (at least {MIN_INTERVAL_REQUESTS}), none "
+            "shown; the CSV keeps the bootstrap's columns.")
+
+
 def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
+    all_few = bool(len(t)) and "requests" in t and bool((t["requests"] < MIN_INTERVAL_REQUESTS).all())
+    ci = "" if all_few else r" [95\,\%]"
     lines = [r"\begin{tabular}{@{}llrrllr@{}}", r"\toprule",
-             r"dataset & configuration & $B$ & requests & measured [95\,\%] & simulated [95\,\%] & error \\",
+             f"dataset & configuration & $B$ & requests & measured{ci} & simulated{ci} & error \\\\",
              r"\midrule"]
     for r in t.itertuples(index=False):
         cfg = config_label_text(r.method, int(r.k), style.METHOD_LABELS)
         mark = r"$^\dagger$" if bool(getattr(r, "in_sample", False)) else ""
         lines.append(f"{tex_escape(ctx.dataset_label(r.dataset))}{mark} & {tex_escape(cfg)} & {int(r.batch_size)} & "
-                     f"{int(r.requests)} & {fmt(r.measured)} [{fmt(r.measured_ci_low)}, {fmt(r.measured_ci_high)}] & "
-                     f"{fmt(r.simulated)} [{fmt(r.simulated_ci_low)}, {fmt(r.simulated_ci_high)}] & "
+                     f"{int(r.requests)} & {_with_interval(r.measured, r.measured_ci_low, r.measured_ci_high, r.requests)} & "
+                     f"{_with_interval(r.simulated, r.simulated_ci_low, r.simulated_ci_high, r.requests)} & "
                      f"{100 * r.error:+.0f}\\,\\% \\\\")
     if not len(t):
         lines.append(r"\multicolumn{7}{c}{no configuration both benchmarked and traced} \\")
+    note = " ".join(x for x in (few_requests_sentence(t), summary.get("explanation", "")) if x)
     lines = fit_width(lines + [r"\bottomrule", r"\end{tabular}"]) + ["", r"\smallskip",
-              f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(summary.get('explanation', ''))}}}"]
+              f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(note)}}}"]
     return "\n".join(lines) + "\n"
 
 

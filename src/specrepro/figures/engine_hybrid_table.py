@@ -4,11 +4,16 @@ Oracle Combine (issue 23; :mod:`specrepro.analysis.drafted`).
 Input: ``specrepro engine-drafted``'s hybrid table (per dataset, batch size and hybrid: measured speedup with its
 95 % interval, the simulated one on the same requests with the engine's accounting, the best single method
 measured, Oracle Combine measured and simulated, the share of the gap closed, the median share of steps n-gram's
-draft was chosen) and its summary (the finding, where the hybrid loses and why, in ms from the cost model, and the
-hybrids' closed loop fed wrong acceptance). The finding opens the table; where it loses, and the falsification, follow it.
+draft was chosen), its per-request choice shares beside it (``choice_shares.csv``: how many requests each hybrid point
+rests on, column ``requests`` of this table's CSV) and its summary (where the hybrid loses and why, in ms from the cost
+model, and the hybrids' closed loop fed wrong acceptance). The section opens with :func:`finding`, one sentence from
+this table's CSV; where it loses, and the falsification, follow the table. Under MIN_INTERVAL_REQUESTS requests per
+point no interval is printed, and where it loses is read on the point values.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
@@ -16,6 +21,7 @@ from . import FigureSpec, TraceContext
 from ._enginesim import fmt
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
 from . import style
 
 SPEC = FigureSpec(
@@ -27,7 +33,8 @@ SPEC = FigureSpec(
         "The plugin's hybrid proposer on {subject_label}: n-gram and the model drafter both propose every step and a "
         "policy picks one draft per request and step: adaptive (the simulator's own online policy, the same function "
         "in engine and simulator) and n-gram first (vLLM PR \\#24344's rule). Per dataset and batch size: the better "
-        "single method measured (fixed k), each hybrid's measured speedup over no SD (95 % paired bootstrap interval) "
+        "single method measured (fixed k), each hybrid's measured speedup over no SD (95 % paired bootstrap interval; "
+        f"none over fewer than {MIN_INTERVAL_REQUESTS} requests, and the note below says so) "
         "with the simulator's prediction in parentheses (same requests, this run's cost model and traces, the model "
         "drafter charged its whole draft every step as the engine runs it), Oracle Combine measured (simulated), "
         "the share of the gap from the best single method to Oracle Combine the adaptive hybrid closes (measured / "
@@ -53,18 +60,83 @@ def _pct(v) -> str:
     return fmt(None if v is None else 100 * v, "{:.0f}")
 
 
+def with_requests(t: pd.DataFrame, shares: pd.DataFrame | None) -> pd.DataFrame:
+    """The hybrid table with ``requests``: how many requests each (dataset, configuration, B) rests on, from the
+    per-request choice shares (``choice_shares.csv``, one row per request of a hybrid point); NaN without them."""
+    t = t.drop(columns=["requests"], errors="ignore")
+    if shares is None or shares.empty or not len(t):
+        return t.assign(requests=pd.NA).astype({"requests": "Int64"})
+    n = (shares.groupby(["dataset", "config", "batch_size"])["request_index"].nunique().rename("requests")
+         .reset_index())
+    return t.merge(n, on=["dataset", "config", "batch_size"], how="left").astype({"requests": "Int64"})
+
+
+def _n(v):
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def _count(ns) -> str:
+    lo, hi = int(min(ns)), int(max(ns))
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def _few(t: pd.DataFrame) -> pd.Series:
+    """Rows resting on fewer than MIN_INTERVAL_REQUESTS requests (unknown counts: not few)."""
+    if "requests" not in t:
+        return pd.Series(False, index=t.index)
+    n = pd.to_numeric(t["requests"], errors="coerce")
+    return n.notna() & (n < MIN_INTERVAL_REQUESTS)
+
+
+def few_requests_sentence(t: pd.DataFrame) -> str:
+    few = _few(t)
+    if not few.any():
+        return ""
+    where = "" if few.all() else f" ({int(few.sum())} of {len(t)} rows)"
+    return (f"{_count(t.loc[few, 'requests'])} requests per point{where}: too few for a 95 % interval (at least "
+            f"{MIN_INTERVAL_REQUESTS}), none shown.")
+
+
+def loses_on_points(t: pd.DataFrame, ctx: TraceContext) -> str:
+    """Where each hybrid is below the better single method on the point values (no interval to go by)."""
+    lose = t[t["measured"] < t["best_single_measured"]]
+    if lose.empty:
+        return "On the point values no hybrid is below the better single method at any measured point."
+    pts = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {ctx.dataset_label(r.dataset)} at B = {int(r.batch_size)} "
+                    f"({100 * r.vs_best_measured:+.0f} % against {style.METHOD_LABELS.get(r.best_single, r.best_single)})"
+                    for r in lose.itertuples(index=False))
+    return f"Where it loses on the point values (below the better single method): {pts}."
+
+
+def _loses_text(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
+    """The summary's sentences on where the hybrid loses and why; where points rest on too few requests for a 95 %
+    interval, its first sentence (which reads the interval) is replaced by :func:`loses_on_points`."""
+    loses = summary.get("loses", "")
+    if not len(t) or not _few(t).any():
+        return loses
+    why = loses.find(" The hybrid pays")
+    return loses_on_points(t, ctx) + (loses[why:] if why >= 0 else "")
+
+
 def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
-    head = [f"\\parbox{{\\textwidth}}{{\\small {tex_escape(summary.get('finding', ''))}}}", "", r"\smallskip", ""]
+    few = _few(t)
+    ci = "" if len(t) and few.all() else r" [95\,\%]"
     lines = [r"\begin{tabular}{@{}lrllllrr@{}}", r"\toprule",
-             r"dataset & $B$ & best single & adaptive [95\,\%] (sim.) & n-gram first (sim.) & Oracle Combine (sim.) "
+             f"dataset & $B$ & best single & adaptive{ci} (sim.) & n-gram first (sim.) & Oracle Combine (sim.) "
              r"& gap closed & n-gram share \\",
              r"\midrule"]
+
+    def cell(r) -> str:
+        if r is None:
+            return "--"
+        lo, hi = printable_interval(r.measured_ci_low, r.measured_ci_high, _n(getattr(r, "requests", None)))
+        iv = "" if pd.isna(lo) or pd.isna(hi) else f" [{fmt(lo)}, {fmt(hi)}]"
+        return f"{fmt(r.measured)}{iv} ({fmt(r.simulated)})"
+
     for (ds, b), g in t.groupby(["dataset", "batch_size"], sort=False):
         by = {r.hybrid: r for r in g.itertuples(index=False)}
         first = g.iloc[0]
         ad, nf = by.get("hybrid-adaptive"), by.get("hybrid-ngram-first")
-        cell = (lambda r: "--" if r is None else
-                f"{fmt(r.measured)} [{fmt(r.measured_ci_low)}, {fmt(r.measured_ci_high)}] ({fmt(r.simulated)})")
         nf_cell = "--" if nf is None else f"{fmt(nf.measured)} ({fmt(nf.simulated)})"
         gap = "--" if ad is None else f"{_pct(ad.gap_closed_measured)} / {_pct(ad.gap_closed_simulated)}\\,\\%"
         share = "--" if ad is None or "share_ngram" not in g or pd.isna(getattr(ad, "share_ngram", None)) else \
@@ -76,16 +148,58 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
         lines.append(r"\multicolumn{8}{c}{no hybrid configuration both benchmarked and traced} \\")
     lines = fit_width(lines + [r"\bottomrule", r"\end{tabular}"])
     falsified = (summary.get("hybrid_falsification") or {}).get("sentence", "")
-    tail = ["", r"\smallskip", f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(summary.get('loses', ''))}"
-            + (f" {tex_escape(falsified)}" if falsified else "") + "}"]
-    return "\n".join(head + lines + tail) + "\n"
+    note = " ".join(x for x in (few_requests_sentence(t), _loses_text(t, ctx, summary), falsified) if x)
+    tail = ["", r"\smallskip", f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(note)}}}"]
+    return "\n".join(lines + tail) + "\n"
 
 
 def build(args, ctx: TraceContext) -> None:
     t = pd.read_csv(args.hybrid) if args.hybrid else pd.DataFrame()
     summary = read_json(args.summary)
+    # the per-request choice shares, written beside hybrid.csv by the same job: how many requests each point rests on
+    shares_path = Path(args.hybrid).with_name("choice_shares.csv") if args.hybrid else None
+    shares = pd.read_csv(shares_path) if shares_path is not None and shares_path.exists() else None
     order = {d: i for i, d in enumerate(ctx.datasets)}
     if len(t):
         t = t.sort_values(["dataset", "batch_size", "hybrid"], key=lambda s: s.map(order) if s.name == "dataset" else s)
+        t = with_requests(t, shares)
     write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
     write_text(args.output, to_latex(t, ctx, summary))
+
+
+def finding(csv) -> str:
+    """The section's finding, one sentence from this table's CSV (``figures/tab_hybrid-<subject>.csv``: the hybrid
+    table ``results/simulator/<subject>/hybrid.csv`` with each point's requests from ``choice_shares.csv``): the
+    adaptive hybrid's measured speedups against the better single method's at the same points, at how many points it
+    is below (or above) it, beyond the 95 % interval where the points rest on enough requests, else on the point
+    values, saying so, and its largest loss."""
+    csv = Path(csv)
+    subject = csv.stem.split("-", 1)[1] if "-" in csv.stem else csv.stem
+    src = (f"figures/{csv.name}, from results/simulator/{subject}/hybrid.csv and choice_shares.csv")
+    t = pd.read_csv(csv)
+    if t.empty or "hybrid" not in t:
+        return f"No hybrid configuration was both benchmarked and traced on this run: nothing measured ({src})."
+    name = "hybrid-adaptive" if (t["hybrid"] == "hybrid-adaptive").any() else str(t["hybrid"].iloc[0])
+    g = t[t["hybrid"] == name]
+    few = _few(g)
+    best = ", ".join(style.METHOD_LABELS.get(m, m) for m in dict.fromkeys(g["best_single"]))
+    if few.any():
+        below = g["measured"] < g["best_single_measured"]
+        above = g["measured"] > g["best_single_measured"]
+        how = ""
+        basis = (f"; these are point values, as {_count(g.loc[few, 'requests'])} requests per point are too few for a "
+                 "95 % interval")
+    else:
+        below = g["measured_ci_high"] < g["best_single_measured"]
+        above = g["measured_ci_low"] > g["best_single_measured"]
+        how = ", beyond its 95 % interval,"
+        basis = ""
+    text = (f"Chosen online inside vLLM, the {name.removeprefix('hybrid-')} hybrid of n-gram and the model drafter "
+            f"reaches {g['measured'].min():.2f}-{g['measured'].max():.2f}x over no SD against "
+            f"{g['best_single_measured'].min():.2f}-{g['best_single_measured'].max():.2f}x for the better single method "
+            f"({best}) at the same {len(g)} (dataset, B) points, and is{how} below it at {int(below.sum())} of them and "
+            f"above it at {int(above.sum())}")
+    if below.any():
+        w = g[below].loc[g.loc[below, "vs_best_measured"].idxmin()]
+        text += f", by up to {-100 * w['vs_best_measured']:.0f} % on {w['dataset']} at B = {int(w['batch_size'])}"
+    return text + f"{basis} ({src})."

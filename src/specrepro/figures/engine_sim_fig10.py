@@ -20,14 +20,16 @@ SPEC = FigureSpec(
     title="Simulated speedup on this run's traces: fixed k versus an oracle",
     paper_ref="Fig. 10",
     caption=(
-        "The paper's Fig. 10 for {subject_label}: speedup over no speculation simulated in paper mode (B copies of a "
-        "request; every request of the trace set) from this run's own vLLM traces (k = 20, one token kept per step) "
-        "with this experiment's own cost model, at its batch sizes; one row per method (each drafter with its own "
-        "fitted drafting cost), fixed k = 1, 3, 5 against the oracle k. Bands: 95 % bootstrap intervals over the "
-        "requests. The line above the panels gives the simulator's error against this run's measured speedups "
-        "(closed loop, table and figure before this one): read the bounds with it. Where the run measured the oracle "
-        "inside vLLM (the plugin's oracle drafter proposing the no-SD output's next tokens, as many as the trace "
-        "accepts, capped at its k), diamonds show that upper bound, measured (filled, 95 % interval) beside the "
+        "Redrawn for {subject_label}: speedup over no speculation simulated in paper mode (B copies of a request; "
+        "every request of the trace set) from this run's own vLLM traces (k = 20, one token kept per step) with this "
+        "experiment's own cost model, at its batch sizes; one row per method (each drafter with its own fitted "
+        "drafting cost), fixed k = 1, 3, 5 against the oracle k. Bands: 95 % bootstrap intervals over the requests "
+        "(none over fewer than 8 requests: the note above the figure says so). The lines above the panels give the "
+        "simulator's error against this run's measured speedups, its sign (mean, simulated / measured - 1) and its "
+        "ordering beside always guessing the most common measured order (closed loop, table and figure before this "
+        "one): read the bounds with it. Where the run measured the oracle inside vLLM (the plugin's oracle drafter "
+        "proposing the no-SD output's next tokens, as many as the trace accepts, capped at its k), diamonds show that"
+        " upper bound, measured (filled; its 95 % interval where it rests on at least 8 requests) beside the "
         "simulator's value for the same requests and B charged as the engine pays (open: the drafter's whole draft "
         "every step)."
     ),
@@ -77,6 +79,6 @@ def build(args, ctx: TraceContext) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     handles, labels = list(seen.values()), list(seen)
-    fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
+    fig.suptitle(error_statement(args.closed_loop, sep=";\n"), fontsize=6.5)
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False)
     style.save_pdf(fig, args.output)

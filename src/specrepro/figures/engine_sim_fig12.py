@@ -20,15 +20,16 @@ SPEC = FigureSpec(
     title="Oracle Combine on this run's traces",
     paper_ref="Fig. 12",
     caption=(
-        "The paper's Fig. 12 for {subject_label} (paper mode, this run's traces and this experiment's cost model): "
-        "Oracle Combine, which verifies at every position the longest acceptance of all the experiment's proposers at "
+        "Redrawn for {subject_label} (paper mode, this run's traces and this experiment's cost model): Oracle "
+        "Combine, which verifies at every position the longest acceptance of all the experiment's proposers at "
         "n-gram's drafting cost (the paper's accounting), against each method's oracle (dotted) and the best of its "
-        "fixed k = 1, 3, 5 at each batch size (solid). Band: 95 % bootstrap interval of Oracle Combine. The line above "
-        "the panels gives the simulator's error against this run's measured speedups. Where the run measured Oracle "
-        "Combine inside vLLM (the plugin's oracle drafter with the better of n-gram's and the model drafter's "
-        "acceptance at each position, capped at its k, both drafters run every step), diamonds show that upper "
-        "bound, measured (filled, 95 % interval) beside the simulator's value for the same requests and B charged "
-        "as the engine pays (open)."
+        "fixed k = 1, 3, 5 at each batch size (solid). Band: 95 % bootstrap interval of Oracle Combine (none over "
+        "fewer than 8 requests). The lines above the panels give the simulator's error against this run's measured "
+        "speedups, its sign and its ordering beside always guessing the most common measured order. Where the run "
+        "measured Oracle Combine inside vLLM (the plugin's oracle drafter with the better of n-gram's and the model "
+        "drafter's acceptance at each position, capped at its k, both drafters run every step), diamonds show that "
+        "upper bound, measured (filled; its 95 % interval where it rests on at least 8 requests) beside the "
+        "simulator's value for the same requests and B charged as the engine pays (open)."
     ),
     paper_statement=(
         "Choosing the better proposer at every position would reach far above either single-method oracle (4.9x on "
@@ -80,6 +81,6 @@ def build(args, ctx: TraceContext) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     handles, labels = list(seen.values()), list(seen)
-    fig.suptitle(error_statement(args.closed_loop), fontsize=6.5)
+    fig.suptitle(error_statement(args.closed_loop, sep=";\n"), fontsize=6.5)
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 4), frameon=False)
     style.save_pdf(fig, args.output)

@@ -9,7 +9,8 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
-from ..analysis.today import METHODS, MIXED, ORACLE, gap_table, mixed_statements, mixed_table, statements
+from ..analysis.today import (METHODS, MIXED, ORACLE, gap_table, mixed_statements, mixed_table,
+                              one_batch_size_statement, statements)
 from ._sim import load_summaries
 from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
 
@@ -124,13 +125,15 @@ def mixed_latex(m, ctx: TraceContext) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_latex(t, ctx: TraceContext, schedule: dict | None) -> str:
+def to_latex(t, ctx: TraceContext, schedule: dict | None, mixed: pd.DataFrame | None = None) -> str:
+    """The two per-batch-size tables, under the statements of :func:`~specrepro.analysis.today.statements` and the
+    one sentence on what k by batch size shows at one batch size (``mixed``: :func:`mixed_table`'s rows)."""
     text = statements(t, (1, 64), ctx.dataset_label)
     lines = []
     if text:
         lines += [r"\begin{minipage}{\linewidth}\raggedright\footnotesize",
                   r"\textbf{On the released traces} (this run's simulator):\\",
-                  "\\\\\n".join(tex_escape(s) for s in text),
+                  "\\\\\n".join(tex_escape(s) for s in text + [one_batch_size_statement(mixed)]),
                   r"\end{minipage}\par\medskip", ""]
     # two tables of at most seven columns, so neither is scaled below the body's small type (issue 22, section 3)
     parts = (("best_fixed", "best_fixed_wide", ORACLE, "honest_oracle", "eagle_k3"),
@@ -190,8 +193,8 @@ def build(args, ctx: TraceContext) -> None:
     t = gap_table(summaries, ctx.datasets)
     write_csv(args.csv, t, float_format="%.10g")
     schedule = read_json(args.schedule) if args.schedule else None
-    text = to_latex(t, ctx, schedule)
     m = mixed_table(summaries, t)
+    text = to_latex(t, ctx, schedule, m)
     if args.mixed_csv:
         write_csv(args.mixed_csv, m, float_format="%.10g")
     text += mixed_latex(m, ctx)
