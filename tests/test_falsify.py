@@ -212,3 +212,49 @@ def test_closed_loop_summary_table_shows_the_most_common_order_baseline():
          "diagnostics": {"fit_source": "profile"}}
     tex = to_latex(pd.DataFrame([row(s)]))
     assert "7/8 [7]" in tex and "11\\,\\%" in tex
+
+
+def test_closed_loop_summary_table_has_the_signed_mean_error():
+    """Issue 24, item 3b: the summary table states the error's sign (its CSV had ``mean_error``, the table only
+    |error|): a signed mean column, "+" where the simulator is optimistic, between the worst |error| and the worst
+    point; an in-sample row spans it with the other error columns."""
+    from specrepro.figures.engine_closed_loop_summary import row, to_latex
+
+    base = {"points": 24, "median_abs_error": 0.11, "worst_abs_error": 0.3, "groups": 8, "groups_agreeing": 7,
+            "ranking_baseline_agreeing": 6, "worst": {"dataset": "d", "config": "ngram-k3", "batch_size": 1},
+            "diagnostics": {"fit_source": "profile"}}
+    rows = [row({**base, "exp": "opt", "mean_error": 0.12}), row({**base, "exp": "pes", "mean_error": -0.05}),
+            row({**base, "exp": "old"}), row({**base, "exp": "ins", "mean_error": 0.3,
+                                             "diagnostics": {"fit_source": "bench"}})]
+    tex = to_latex(pd.DataFrame(rows))
+    header = next(line for line in tex.splitlines() if line.startswith("experiment"))
+    assert header.index("median") < header.index("worst") < header.index("mean") < header.index("worst point")
+    assert "\\texttt{opt} & 24 & 11\\,\\% & 30\\,\\% & +12\\,\\% & {\\footnotesize d ngram-k3 B=1}" in tex
+    assert "\\texttt{pes} & 24 & 11\\,\\% & 30\\,\\% & -5\\,\\% &" in tex
+    assert "\\texttt{old} & 24 & 11\\,\\% & 30\\,\\% & -- &" in tex  # a summary written before the sign: no number
+    assert "\\texttt{ins} & 24 & \\multicolumn{6}{l}{in-sample: no error stated" in tex and "+30" not in tex
+    assert "7/8 [6]" in tex
+    assert "\\\\[" not in tex  # a header line opening with "[" after "\\\\" is read as a vertical skip
+    # nine columns: every full row has nine cells, the in-sample row 2 + 6 spanned + 1
+    assert "{@{}lrrrr>{\\raggedright\\arraybackslash}p{0.15\\textwidth}rrl@{}}" in tex
+    assert all(line.count(" & ") == 8 for line in tex.splitlines() if line.startswith("\\texttt{") and "ins" not in line)
+
+
+def test_falsification_table_ends_with_the_draft_jobs_closed_loops(experiment):
+    """The simulator against the draft jobs with their real acceptance: calibration (controlled profiles at each k)
+    and the measured upper bound (oracle jobs), from drafted.json's summaries, with their signed mean error."""
+    from specrepro.analysis.drafted import summarise
+    from specrepro.figures.engine_falsification_table import rows, to_latex
+
+    measured, traces, cost = experiment
+    doc, _ = falsify.falsify(measured, traces, ["ngram", "eagle"], cost, ngram_match=1.0, seed=3)
+    cal = pd.DataFrame({"error": [0.10, -0.02, 0.04], "abs_error": [0.10, 0.02, 0.04], "k": [1, 3, 8],
+                        "within_measured_ci": [False, True, True], "dataset": "d", "config": "c", "method": "eagle",
+                        "batch_size": 1, "profile": ["all", "none", "all"]})
+    s = summarise(cal)
+    assert s["mean_error"] == pytest.approx(0.04) and s["median_abs_error"] == pytest.approx(0.04)
+    t = rows(doc, {"calibration": {**s, "ks": [1, 3, 8]}, "oracle": {**s, "points": 12}})
+    assert list(t["variant"])[-2:] == ["calibration", "oracle"]
+    tex = to_latex(t)
+    assert "calibration: controlled acceptance (3 points, $k$ = 1, 3, 8) & 4\\,\\% & 10\\,\\% & +4\\,\\%" in tex
+    assert "measured upper bound: oracle jobs (12 points) & 4\\,\\% & 10\\,\\% & +4\\,\\%" in tex

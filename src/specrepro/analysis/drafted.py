@@ -358,12 +358,13 @@ def draft_configs(label: str, job: Mapping[str, Any], traced: Sequence[str]) -> 
 
 
 def summarise(table: pd.DataFrame) -> dict:
-    """Points, median and worst |error| (with the worst point), points inside the measured interval."""
+    """Points, median and worst |error| (with the worst point), mean signed error (> 0: the simulator optimistic),
+    points inside the measured interval."""
     if table.empty:
-        return {"points": 0, "median_abs_error": None, "worst_abs_error": None, "worst": None}
+        return {"points": 0, "median_abs_error": None, "worst_abs_error": None, "mean_error": None, "worst": None}
     w = table.loc[table["abs_error"].idxmax()]
     return {"points": int(len(table)), "median_abs_error": float(table["abs_error"].median()),
-            "worst_abs_error": float(w["abs_error"]),
+            "worst_abs_error": float(w["abs_error"]), "mean_error": float(table["error"].mean()),
             "worst": {c: (int(w[c]) if c in ("batch_size", "k") else str(w[c])) for c in
                       ("dataset", "config", "method", "k", "batch_size", "profile")},
             "within_measured_ci": int(table["within_measured_ci"].sum())}

@@ -34,7 +34,10 @@ SPEC = FigureSpec(
         "/ groups; in brackets, always guessing the most common measured order): methods within a (dataset, B), "
         "datasets within a (method, k, B) (acceptance alone tells these apart), k within a (dataset, method, B). "
         "Where the experiment ran draft jobs, the last row is the noise floor: the same configuration measured in two "
-        "jobs (median and largest |difference| of their speedups), below which no closed loop can be checked here."
+        "jobs (median and largest |difference| of their speedups), below which no closed loop can be checked here; "
+        "then the simulator against the draft jobs with their real acceptance: the calibration (controlled profiles, "
+        "from nothing to everything accepted, at each k; results/simulator/engine-<exp>/calibration.csv) and the "
+        "measured upper bound (the oracle jobs; measured\\_bounds.csv)."
     ),
     paper_statement="The paper does not compare its simulator with its measured speedups.",
     data="engine runs and this run's engine traces",
@@ -43,7 +46,8 @@ SPEC = FigureSpec(
 LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapped",
           "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
           "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
-          "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: the same configuration, another job"}
+          "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: the same configuration, another job",
+          "calibration": "calibration: controlled acceptance", "oracle": "measured upper bound: oracle jobs"}
 COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_error", "optimistic_points", "ratio",
            "falsified", "not_applicable"] + [f"{n}_{c}" for n, _, _ in ORDERINGS
                                               for c in ("groups", "agreeing", "baseline_agreeing")]
@@ -73,7 +77,14 @@ def rows(doc: dict, drafted: dict | None = None) -> pd.DataFrame:
     if rep.get("pairs"):
         out.append({"variant": "repeat", "points": rep["pairs"], "median_abs_error": rep["median_abs"],
                     "worst_abs_error": rep["max_abs"]})
-    return pd.DataFrame(out, columns=COLUMNS)
+    # the simulator against the draft jobs (same cost model, the jobs' own acceptance): other closed loops
+    for v in ("calibration", "oracle"):
+        s = (drafted or {}).get(v) or {}
+        if s.get("points"):
+            out.append({"variant": v, "points": s["points"], "median_abs_error": s["median_abs_error"],
+                        "worst_abs_error": s["worst_abs_error"], "mean_error": s.get("mean_error"),
+                        "ks": ", ".join(str(k) for k in s.get("ks") or [])})
+    return pd.DataFrame(out, columns=COLUMNS + ["ks"])
 
 
 def to_latex(t: pd.DataFrame) -> str:
@@ -97,6 +108,12 @@ def to_latex(t: pd.DataFrame) -> str:
         if r.variant == "repeat":
             lines += [r"\midrule", f"{name} ({int(r.points)} pairs) & {pct(r.median_abs_error)} & "
                                     f"{pct(r.worst_abs_error)} & \\multicolumn{{5}}{{l}}{{}} \\\\"]
+            continue
+        if r.variant in ("calibration", "oracle"):
+            ks = f", $k$ = {r.ks}" if isinstance(r.ks, str) and r.ks else ""
+            lines += ([r"\midrule"] if r.variant == "calibration" else []) + [
+                f"{name} ({int(r.points)} points{ks}) & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & "
+                f"{pct(r.mean_error, True)} & \\multicolumn{{4}}{{l}}{{}} \\\\"]
             continue
         ratio = "--" if r.ratio is None or r.ratio != r.ratio else f"{r.ratio:.1f}"
         lines.append(f"{name} & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & {pct(r.mean_error, True)} & "
