@@ -53,7 +53,7 @@ def test_acceptance_table_prints_no_interval_over_two_requests():
     assert few_requests_note(enough) == ""
     # one row short of the minimum: only its rows lose the interval, and the note says how many
     mixed = pd.concat([enough, few.assign(dataset="e")], ignore_index=True)
-    assert "in 2 of 4 rows" in few_requests_note(mixed)
+    assert "(2 of 4 rows)" in few_requests_note(mixed)
     assert "none over fewer than 8 requests" in SPEC.caption
 
 

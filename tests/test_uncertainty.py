@@ -130,3 +130,13 @@ def test_half_width_shrinks_as_one_over_sqrt_n():
     x = rng.normal(1.0, 0.3, size=1600)
     w_small, w_large = bootstrap_ci(x[:100]).width, bootstrap_ci(x).width
     assert w_small / w_large == pytest.approx(4.0, rel=0.2)
+
+
+def test_too_few_text_names_the_counts_and_the_rows_under_the_minimum():
+    from specrepro.core.uncertainty import request_range, too_few_text
+
+    assert request_range([2, 2]) == "2" and request_range([5, 2, 3]) == "2-5"
+    assert too_few_text([8, 20]) == ""
+    assert too_few_text([2, 2]) == "2 requests per point: too few for a 95 % interval (at least 8)"
+    assert too_few_text([2, 5, 8, float("nan")], "dataset", "rows") == (
+        "2-5 requests per dataset (2 of 4 rows): too few for a 95 % interval (at least 8)")

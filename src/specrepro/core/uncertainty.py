@@ -42,6 +42,31 @@ def printable_interval(low: float, high: float, n: float | None) -> tuple[float,
     return low, high
 
 
+def request_range(ns) -> str:
+    """``2`` or ``2-5``: the fewest and most of some request counts."""
+    lo, hi = int(min(ns)), int(max(ns))
+    return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+
+def too_few_text(requests, unit: str = "point", rows: str = "points") -> str:
+    """Where some of ``requests`` (one count per row) are under :data:`MIN_INTERVAL_REQUESTS`: ``"2 requests per
+    point (3 of 8 points): too few for a 95 % interval (at least 8)"`` (the part in brackets only where some rows
+    have enough); otherwise ``""``. Unknown counts (NaN) are not few."""
+    def num(n) -> float:
+        try:
+            return float(n)
+        except (TypeError, ValueError):  # pandas' NA, None
+            return math.nan
+
+    ns = [num(n) for n in requests]
+    few = [n for n in ns if n == n and n < MIN_INTERVAL_REQUESTS]
+    if not few:
+        return ""
+    where = "" if len(few) == len(ns) else f" ({len(few)} of {len(ns)} {rows})"
+    return (f"{request_range(few)} requests per {unit}{where}: too few for a 95 % interval "
+            f"(at least {MIN_INTERVAL_REQUESTS})")
+
+
 @dataclass(frozen=True)
 class Interval:
     """A point estimate with its bootstrap interval; ``n`` = number of requests it rests on."""

@@ -8,7 +8,7 @@ from typing import Sequence
 import pandas as pd
 
 from ..core.errors import SpecReproError
-from ..core.uncertainty import MIN_INTERVAL_REQUESTS
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, request_range
 from ..analysis.claims import load_claims
 
 #: policy -> (label, colour, marker, line style); the paper's Fig. 10 assignment
@@ -104,9 +104,7 @@ def few_requests_note(fig, requests) -> None:
     """Say above ``fig``, once however many panels call it, that curves over these request counts have no band."""
     ns = set(getattr(fig, "_few_requests", set())) | {int(n) for n in requests}
     fig._few_requests = ns
-    lo, hi = min(ns), max(ns)
-    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    text = (f"No band for curves over {n} requests per point: too few for a 95 % interval "
+    text = (f"No band for curves over {request_range(ns)} requests per point: too few for a 95 % interval "
             f"(at least {MIN_INTERVAL_REQUESTS}).")
     note = next((t for t in fig.texts if t.get_gid() == FEW_REQUESTS_GID), None)
     if note is None:

@@ -10,7 +10,7 @@ from . import FigureSpec, TraceContext
 from ..analysis import acceptance
 from ..core.io import write_csv, write_json, write_text
 from ..core.latex import tex_breakable, tex_escape
-from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval, too_few_text
 from ._data import load_concat
 
 SPEC = FigureSpec(
@@ -49,22 +49,13 @@ def _ci(row, col: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
     return " {\\scriptsize [" + fmt.format(scale * lo) + ", " + fmt.format(scale * hi) + "]}"
 
 
-def _count(ns) -> str:
-    """``2`` or ``2-5``: the fewest and most of some request counts."""
-    lo, hi = int(min(ns)), int(max(ns))
-    return f"{lo}" if lo == hi else f"{lo}-{hi}"
-
-
 def few_requests_note(stats: pd.DataFrame) -> str:
     """One sentence under the table where some rows rest on too few requests for a 95 % interval (none printed)."""
-    n = stats["requests"] if "requests" in stats else pd.Series(dtype=float)
-    few = n[n < MIN_INTERVAL_REQUESTS]
-    if few.empty:
+    text = too_few_text(stats["requests"], "dataset and proposer", "rows") if "requests" in stats else ""
+    if not text:
         return ""
-    where = "" if len(few) == len(n) else f" in {len(few)} of {len(n)} rows"
-    return ("\\par\\smallskip\\noindent{\\footnotesize " + f"{_count(few)} requests per dataset and proposer{where}: "
-            f"too few for a 95 \\% interval (at least {MIN_INTERVAL_REQUESTS}), none shown; the CSV keeps the bootstrap's "
-            "columns.}\n")
+    return ("\\par\\smallskip\\noindent{\\footnotesize " + text.replace("%", "\\%")
+            + ", none shown; the CSV keeps the bootstrap's columns.}\n")
 
 
 def to_latex(stats: pd.DataFrame, ctx: TraceContext) -> str:

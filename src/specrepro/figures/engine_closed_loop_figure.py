@@ -14,7 +14,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from . import style
 from ..core.io import read_json
-from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval, too_few_text
 
 SPEC = FigureSpec(
     name="fig_closed_loop",
@@ -98,10 +98,5 @@ def printable(t: pd.DataFrame) -> pd.DataFrame:
 
 def few_requests_note(t: pd.DataFrame) -> str:
     """Under the axes, where some points rest on fewer than MIN_INTERVAL_REQUESTS requests: they have no bars."""
-    few = t["requests"][t["requests"] < MIN_INTERVAL_REQUESTS] if len(t) and "requests" in t else []
-    if not len(few):
-        return ""
-    lo, hi = int(few.min()), int(few.max())
-    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    where = "" if len(few) == len(t) else f" ({len(few)} of {len(t)} points)"
-    return f"No bars: {n} requests per point{where},\ntoo few for a 95 % interval (at least {MIN_INTERVAL_REQUESTS})."
+    text = too_few_text(t["requests"]) if len(t) and "requests" in t else ""
+    return "No bars: " + text.replace(": too few", ":\ntoo few") + "." if text else ""

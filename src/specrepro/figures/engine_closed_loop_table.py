@@ -15,7 +15,7 @@ from ._enginesim import fmt
 from ..engine.results.metrics import config_label_text
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
-from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval, too_few_text
 from . import style
 
 SPEC = FigureSpec(
@@ -54,14 +54,8 @@ def _with_interval(v, low, high, n) -> str:
 
 def few_requests_sentence(t: pd.DataFrame) -> str:
     """Where points rest on fewer than MIN_INTERVAL_REQUESTS requests: that their intervals are not shown (once)."""
-    few = t["requests"][t["requests"] < MIN_INTERVAL_REQUESTS] if len(t) and "requests" in t else []
-    if not len(few):
-        return ""
-    lo, hi = int(few.min()), int(few.max())
-    n = f"{lo}" if lo == hi else f"{lo}-{hi}"
-    where = "" if len(few) == len(t) else f" ({len(few)} of {len(t)} points)"
-    return (f"{n} requests per point{where}: too few for a 95 % interval (at least {MIN_INTERVAL_REQUESTS}), none "
-            "shown; the CSV keeps the bootstrap's columns.")
+    text = too_few_text(t["requests"]) if len(t) and "requests" in t else ""
+    return f"{text}, none shown; the CSV keeps the bootstrap's columns." if text else ""
 
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:

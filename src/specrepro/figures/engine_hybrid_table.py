@@ -21,7 +21,7 @@ from . import FigureSpec, TraceContext
 from ._enginesim import fmt
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
-from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval
+from ..core.uncertainty import MIN_INTERVAL_REQUESTS, printable_interval, request_range, too_few_text
 from . import style
 
 SPEC = FigureSpec(
@@ -75,11 +75,6 @@ def _n(v):
     return None if v is None or pd.isna(v) else int(v)
 
 
-def _count(ns) -> str:
-    lo, hi = int(min(ns)), int(max(ns))
-    return f"{lo}" if lo == hi else f"{lo}-{hi}"
-
-
 def _few(t: pd.DataFrame) -> pd.Series:
     """Rows resting on fewer than MIN_INTERVAL_REQUESTS requests (unknown counts: not few)."""
     if "requests" not in t:
@@ -89,12 +84,8 @@ def _few(t: pd.DataFrame) -> pd.Series:
 
 
 def few_requests_sentence(t: pd.DataFrame) -> str:
-    few = _few(t)
-    if not few.any():
-        return ""
-    where = "" if few.all() else f" ({int(few.sum())} of {len(t)} rows)"
-    return (f"{_count(t.loc[few, 'requests'])} requests per point{where}: too few for a 95 % interval (at least "
-            f"{MIN_INTERVAL_REQUESTS}), none shown.")
+    text = too_few_text(pd.to_numeric(t["requests"], errors="coerce"), rows="rows") if "requests" in t else ""
+    return f"{text}, none shown." if text else ""
 
 
 def loses_on_points(t: pd.DataFrame, ctx: TraceContext) -> str:
@@ -187,7 +178,7 @@ def finding(csv) -> str:
         below = g["measured"] < g["best_single_measured"]
         above = g["measured"] > g["best_single_measured"]
         how = ""
-        basis = (f"; these are point values, as {_count(g.loc[few, 'requests'])} requests per point are too few for a "
+        basis = (f"; these are point values, as {request_range(g.loc[few, 'requests'])} requests per point are too few for a "
                  "95 % interval")
     else:
         below = g["measured_ci_high"] < g["best_single_measured"]
