@@ -307,3 +307,28 @@ def test_report_layout(cpu_run):
     for name, subject in re.findall(r"\{\.\./\.\./figures/(" + "|".join(PER_REQUEST) + r")-([^}]+)\.pdf\}", tex):
         for requests in (cpu_run / "results" / "traces" / subject).glob("*.requests.parquet"):
             assert len(pd.read_parquet(requests)) >= MIN_REQUESTS, (name, requests)
+
+
+def test_every_figure_and_table_names_files_that_exist(cpu_run, monkeypatch):
+    """Issue 24: every figure and table of the report is listed in the appendix "Where each number comes from" with
+    the files its numbers are in, and each of those files (one per dataset / variant where the name says so) exists
+    in the run directory."""
+    import re
+    from pathlib import Path
+
+    from specrepro import figures as figreg
+    from specrepro.report import number_files
+
+    tex = (cpu_run / "paper" / "build" / "report.tex").read_text()
+    keys = re.findall(r"\\label\{item:([^}]+)\}", tex)
+    assert keys and len(keys) == len(set(keys))
+    appendix = tex[tex.index(r"\section{Where each number comes from}"):]
+    monkeypatch.chdir(cpu_run)
+    for stem in keys:
+        assert rf"\ref{{item:{stem}}}" in appendix, stem
+        (path,) = [p for p in Path("figures").glob(f"{stem}.*") if p.suffix in (".pdf", ".tex")]
+        name, subject = figreg.parse_output_name(path)
+        files = number_files(path, figreg.spec(name), subject)
+        assert files, stem
+        for f in files:
+            assert list(Path(".").glob(f.replace("<dataset>", "*").replace("<variant>", "*"))), (stem, f)

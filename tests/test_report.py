@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import shutil
 
 import pandas as pd
@@ -221,3 +222,27 @@ def test_a_beyond_section_of_unmeasured_claims_only_opens_with_a_finding_saying_
     measured = dict(block, measured=True)
     sec = next(p for p in layout([], [measured], {"run": {"kind": "cpu"}}) if p["section"].key == "per-model")
     assert sec["finding"] == ""
+
+
+def test_every_item_names_the_files_its_numbers_are_in(tmp_path, monkeypatch):
+    """Issue 24: a statement's number is in a file the report names. A table or figure with its own CSV names that
+    CSV (relative to the run directory); a figure drawn straight from results names its spec's sources for its
+    subject; the appendix lists each with a reference to it."""
+    from specrepro.report import build_items
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "tab_acceptance_stats-h100-llama3.1-8b.tex").write_text("x")
+    (tmp_path / "figures" / "tab_acceptance_stats-h100-llama3.1-8b.csv").write_text("a\n1\n")
+    run_config = {"trace_sets": {"h100-llama3.1-8b": {"label": "released", "origin": "released"}}}
+    paths = ["figures/tab_acceptance_stats-h100-llama3.1-8b.tex", "figures/fig10_sim_speedup-h100-llama3.1-8b.pdf"]
+    items = {it.spec.name: it for it in build_items(paths, run_config, tmp_path)}
+    assert items["tab_acceptance_stats"].files == ("figures/tab_acceptance_stats-h100-llama3.1-8b.csv",)
+    assert items["fig10_sim_speedup"].files == ("results/simulator/h100-llama3.1-8b/paper/<dataset>.csv",)
+    assert items["fig10_sim_speedup"].key == "item:fig10_sim_speedup-h100-llama3.1-8b"
+    # every figure module either writes a CSV beside its output or names its sources
+    for spec in figreg.all_specs():
+        mod = next(figreg.module(m) for m in figreg.MODULES if figreg.module(m).SPEC is spec)
+        assert spec.sources or "write_csv" in inspect.getsource(mod), spec.name
+    tex = render(TEMPLATES, *minimal("gpu")[:2], evaluated_claims(), list(items.values()), [])
+    assert r"\section{Where each number comes from}" in tex and r"\label{item:fig10_sim_speedup-h100-llama3.1-8b}" in tex

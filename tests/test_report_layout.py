@@ -172,7 +172,7 @@ def test_cpu_report_verdict_first_evidence_before_engine_and_clean_layout(tmp_pa
     text = tex.read_text()
     order = section_order(text)
     # verdict; paper figures (released traces, simulator); beyond; the real CPU model; what was run; appendices
-    assert order[0] == "summary" and order[-2:] == ["exercise", "claims"]
+    assert order[0] == "summary" and order[-3:] == ["exercise", "claims", "files"]
     assert order.index("fig5") < order.index("fig12") < order.index("beyond") < order.index("cpu-model") < order.index("run")
     assert text.index(f"fig10_sim_speedup-{RELEASED}.pdf") < text.index("fig01_speedup-engine.pdf")
     assert text.index("tab_engine_exercise-engine.tex") > text.index(r"\appendix")

@@ -139,6 +139,18 @@ class Item:
     finding: str = ""  #: its section's finding in one sentence, if its module states one (beyond-the-paper sections)
     #: a table file of several tabulars (two \toprule): set in the text's flow, breaking between them, never scaled
     flow: bool = False
+    #: the files its numbers are in, relative to the run directory: its own CSV, or its spec's ``sources``
+    files: tuple[str, ...] = ()
+    key: str = ""  #: its LaTeX label (``item:<file stem>``)
+
+
+def number_files(path: str | Path, spec: figreg.FigureSpec, subject: str) -> tuple[str, ...]:
+    """Where the numbers of the figure or table at ``path`` (relative to the run directory) are: its CSV beside it,
+    else the files its spec names (``sources``, ``{subject}`` filled in)."""
+    csv = Path(path).with_suffix(".csv")
+    if csv.exists():
+        return (csv.as_posix(),)
+    return tuple(s.format(subject=subject) for s in spec.sources)
 
 
 def subject_role(subject: str, run_config: dict) -> str:
@@ -266,7 +278,8 @@ def build_items(paths: Sequence[str | Path], run_config: dict, tex_dir: Path) ->
         items.append(Item(spec, subject, info.get("label", subject), rel, spec.caption.format_map(fmt),
                           data_source(spec.data, info), subject_role(subject, run_config),
                           figreg.report_note(name, p), figreg.finding(name, p),
-                          spec.kind == "table" and Path(p).exists() and Path(p).read_text().count("\\toprule") > 1))
+                          spec.kind == "table" and Path(p).exists() and Path(p).read_text().count("\\toprule") > 1,
+                          number_files(p, spec, subject), f"item:{Path(p).stem}"))
     items.sort(key=lambda it: (order[it.spec.name], it.subject))
     return items
 

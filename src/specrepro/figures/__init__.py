@@ -70,6 +70,9 @@ class FigureSpec:
     caption: str  #: may use {subject_label}
     paper_statement: str  #: what the paper says this shows, in our words
     data: str  #: "released traces", "engine runs", "simulator" ...
+    #: the run's files a figure without a CSV of its own draws ("{subject}": its subject; "<dataset>", "<variant>":
+    #: one file each), named in the report's appendix "Where each number comes from"
+    sources: tuple[str, ...] = ()
 
 
 def spec(name: str) -> FigureSpec:

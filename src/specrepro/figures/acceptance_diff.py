@@ -24,6 +24,10 @@ SPEC = FigureSpec(
         "EAGLE wins in between, so choosing the proposer per position could beat either one alone."
     ),
     data="released traces",
+    sources=(
+        "results/traces/{subject}/<dataset>.positions.parquet",
+        "results/traces/{subject}/<dataset>.requests.parquet",
+    ),
 )
 
 

@@ -24,6 +24,10 @@ SPEC = FigureSpec(
         "almost everywhere."
     ),
     data="released traces",
+    sources=(
+        "results/traces/{subject}/<dataset>.positions.parquet",
+        "results/traces/{subject}/<dataset>.requests.parquet",
+    ),
 )
 
 

@@ -33,6 +33,10 @@ SPEC = FigureSpec(
         "The paper's upper bounds come from a simulator it does not compare with its own measured speedups."
     ),
     data="engine runs and this run's engine traces",
+    sources=(
+        "results/simulator/{subject}/closed_loop.csv",
+        "results/simulator/{subject}/closed_loop.json",
+    ),
 )
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "h")

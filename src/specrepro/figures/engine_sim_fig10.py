@@ -38,6 +38,11 @@ SPEC = FigureSpec(
         "k, and the gap widens with the batch size (Llama-3.1-8B, H100; shown here for this run's model)."
     ),
     data="simulator on this run's engine traces",
+    sources=(
+        "results/simulator/{subject}/upper_bounds.csv",
+        "results/simulator/{subject}/closed_loop.json",
+        "results/simulator/{subject}/measured_bounds.csv",
+    ),
 )
 
 POLICIES = ("fixed-1", "fixed-3", "fixed-5", "oracle")

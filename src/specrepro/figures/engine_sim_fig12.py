@@ -36,6 +36,11 @@ SPEC = FigureSpec(
         "InstructCoder at batch size 1 for Llama-3.1-8B), falling as the batch grows."
     ),
     data="simulator on this run's engine traces",
+    sources=(
+        "results/simulator/{subject}/upper_bounds.csv",
+        "results/simulator/{subject}/closed_loop.json",
+        "results/simulator/{subject}/measured_bounds.csv",
+    ),
 )
 
 

@@ -24,6 +24,9 @@ SPEC = FigureSpec(
         "mean spans 1.91 to 15.08 tokens (5th to 95th percentile) and EAGLE-3's 2.64 to 5.68."
     ),
     data="released traces",
+    sources=(
+        "results/traces/{subject}/<dataset>.positions.parquet",
+    ),
 )
 
 

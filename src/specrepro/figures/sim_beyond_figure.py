@@ -23,6 +23,10 @@ SPEC = FigureSpec(
         "n-gram drafting cost and index-paired traces."
     ),
     data="simulator on released traces",
+    sources=(
+        "results/simulator/{subject}/paper/<dataset>.csv",
+        "results/simulator/{subject}/variants/<variant>/<dataset>.csv",
+    ),
 )
 
 LINES = {

@@ -27,6 +27,9 @@ SPEC = FigureSpec(
         "(k = 5), and the gap widens with the batch size, where wasted verification costs more."
     ),
     data="simulator on released traces",
+    sources=(
+        "results/simulator/{subject}/paper/<dataset>.csv",
+    ),
 )
 
 PROPOSERS = ("ngram", "eagle")

@@ -25,6 +25,9 @@ SPEC = FigureSpec(
         "on InstructCoder), falling to about 1.9x at batch size 128."
     ),
     data="simulator on released traces",
+    sources=(
+        "results/simulator/{subject}/paper/<dataset>.csv",
+    ),
 )
 
 

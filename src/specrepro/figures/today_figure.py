@@ -32,6 +32,13 @@ SPEC = FigureSpec(
         "vLLM has since added k by batch size and suffix decoding."
     ),
     data="simulator on released traces",
+    sources=(
+        "results/simulator/{subject}/paper/<dataset>.csv",
+        "results/simulator/{subject}/today/<dataset>.csv",
+        "results/simulator/{subject}/today/<dataset>.suffix.csv",
+        "results/simulator/{subject}/today/kgrid/<dataset>.csv",
+        "results/simulator/{subject}/variants/<variant>/<dataset>.csv",
+    ),
 )
 
 #: gap-table column -> (colour, line style, marker, label)
