@@ -368,6 +368,7 @@ def test_mixed_batch_sizes_hand_computed():
         "closes 30% of the gap from the best single fixed k to the oracle over 1 dataset "
         "(results/simulator/<trace set>/today/mixed.csv).")
     assert one_batch_size_statement(None).endswith("batch sizes mix (results/simulator/<trace set>/today/mixed.csv).")
+    assert one_batch_size_statement(None, "h100-llama3.1-8b").endswith("(results/simulator/h100-llama3.1-8b/today/mixed.csv).")
     assert text == ("d, batch sizes 1, 64 mixed: one fixed k at best 1.71x (EAGLE, k = 2), k by batch size (EAGLE) "
                     "2.00x, the oracle 2.67x: k by batch size closes 30% of that gap; against Oracle Combine charged "
                     "both drafters (2.13x) it closes 68%.")

@@ -314,7 +314,7 @@ def statements(t: pd.DataFrame, batch_sizes: Sequence[int] = (1, 64), label=lamb
 MIXED_CSV = "results/simulator/<trace set>/today/mixed.csv"
 
 
-def one_batch_size_statement(m: pd.DataFrame | None = None) -> str:
+def one_batch_size_statement(m: pd.DataFrame | None = None, trace_set: str = "<trace set>") -> str:
     """One sentence on what k by batch size can show: at one batch size it is a fixed k (nothing to show, by
     construction), so its gain is the mixed-batch-size result of :func:`mixed_table` (the range over datasets of the
     better of n-gram's and EAGLE's share closed, where ``m`` has rows) in :data:`MIXED_CSV`."""
@@ -327,7 +327,7 @@ def one_batch_size_statement(m: pd.DataFrame | None = None) -> str:
             text += (f", where it closes {_pct(lo)}" + ("" if _pct(lo) == _pct(hi) else f" to {_pct(hi)}")
                      + f" of the gap from the best single fixed k to the oracle over {len(m)} dataset"
                      + ("s" if len(m) > 1 else ""))
-    return text + f" ({MIXED_CSV})."
+    return text + f" ({MIXED_CSV.replace('<trace set>', trace_set)})."
 
 
 def _who(proposer: str) -> str:

@@ -9,7 +9,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
-from ..analysis.today import (METHODS, MIXED, ORACLE, gap_table, mixed_statements, mixed_table,
+from ..analysis.today import (METHODS, MIXED, MIXED_CSV, ORACLE, gap_table, mixed_statements, mixed_table,
                               one_batch_size_statement, statements)
 from ._sim import load_summaries
 from ..engine.results.metrics import config_label_text, config_order, load_points, speedup_points
@@ -117,7 +117,7 @@ def mixed_latex(m, ctx: TraceContext) -> str:
              r"size " + tex_escape(str(m["batch_sizes"].iloc[0])) + r"; speedup = harmonic mean over them): one fixed k "
              r"for the whole run (the best on the dataset itself) against k by batch size (held out), in brackets the "
              r"share of the gap to the oracle" + (" / to Oracle Combine charged both drafters (honest OC)" if honest else "")
-             + r" each schedule closes (\texttt{results/simulator/<trace set>/today/mixed.csv}):\par", "",
+             + r" each schedule closes (\texttt{" + tex_escape(MIXED_CSV.replace("<trace set>", ctx.subject)) + r"}):\par", "",
              r"{\footnotesize\setlength{\tabcolsep}{3.5pt}", *fit_width(tab + [r"\bottomrule", r"\end{tabular}"]),
              r"}\par\medskip", r"\begin{minipage}{\linewidth}\raggedright\footnotesize",
              "\\\\\n".join(tex_escape(x) for x in mixed_statements(m, ctx.dataset_label)),
@@ -133,7 +133,7 @@ def to_latex(t, ctx: TraceContext, schedule: dict | None, mixed: pd.DataFrame | 
     if text:
         lines += [r"\begin{minipage}{\linewidth}\raggedright\footnotesize",
                   r"\textbf{On the released traces} (this run's simulator):\\",
-                  "\\\\\n".join(tex_escape(s) for s in text + [one_batch_size_statement(mixed)]),
+                  "\\\\\n".join(tex_escape(s) for s in text + [one_batch_size_statement(mixed, ctx.subject)]),
                   r"\end{minipage}\par\medskip", ""]
     # two tables of at most seven columns, so neither is scaled below the body's small type (issue 22, section 3)
     parts = (("best_fixed", "best_fixed_wide", ORACLE, "honest_oracle", "eagle_k3"),
