@@ -47,7 +47,7 @@ LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapp
           "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
           "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
           "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: the same configuration, another job",
-          "calibration": "calibration: controlled acceptance", "oracle": "measured upper bound: oracle jobs"}
+          "calibration": "calibration", "oracle": "measured upper bound"}
 COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_error", "optimistic_points", "ratio",
            "falsified", "not_applicable"] + [f"{n}_{c}" for n, _, _ in ORDERINGS
                                               for c in ("groups", "agreeing", "baseline_agreeing")]
@@ -97,7 +97,7 @@ def to_latex(t: pd.DataFrame) -> str:
             return "--"
         return f"{int(getattr(r, f'{n}_agreeing'))}/{int(g)} [{int(getattr(r, f'{n}_baseline_agreeing'))}]"
 
-    lines = [r"\begin{tabular}{@{}lrrrrlll@{}}", r"\toprule",
+    lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.3\textwidth}rrrrlll@{}}", r"\toprule",
              r" & & & & & \multicolumn{3}{c}{ordering agrees [most common order]} \\ \cmidrule(l){6-8}",
              r"simulator's input & median & worst & mean & $\times$ real & methods & datasets & $k$ \\", r"\midrule"]
     for r in t.itertuples(index=False):
@@ -112,7 +112,7 @@ def to_latex(t: pd.DataFrame) -> str:
         if r.variant in ("calibration", "oracle"):
             ks = f", $k$ = {r.ks}" if isinstance(r.ks, str) and r.ks else ""
             lines += ([r"\midrule"] if r.variant == "calibration" else []) + [
-                f"{name} ({int(r.points)} points{ks}) & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & "
+                f"{name}{ks} ({int(r.points)} points) & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & "
                 f"{pct(r.mean_error, True)} & \\multicolumn{{4}}{{l}}{{}} \\\\"]
             continue
         ratio = "--" if r.ratio is None or r.ratio != r.ratio else f"{r.ratio:.1f}"
