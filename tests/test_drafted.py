@@ -179,6 +179,8 @@ def test_hybrid_finding_states_where_it_loses():
     assert "chat at B = 4 (-17 % against ngram" in f["loses"] and "costs 9.0-9.0 ms against a target step of 20-20 ms" \
         in f["loses"] and "first pass alone, which any engine must run to keep the drafter's KV cache in step, 3.0-3.0 ms" \
         in f["loses"]
+    # the why apart from the where (the hybrid table reads the where on point values under 8 requests)
+    assert f["loses_why"].startswith("The hybrid pays") and f["loses"].endswith(" " + f["loses_why"])
     nogap = hybrid_finding(hyb.assign(gap_closed_measured=np.nan, gap_closed_simulated=np.nan), costs, {})
     assert "no measured gap for it to close" in nogap["finding"]
 

@@ -246,6 +246,7 @@ def _hybrid(tmp_path, n: int):
     (res / "drafted.json").write_text(json.dumps({
         "finding": "OLD FINDING.", "loses": "Where it loses (below the better single method beyond its 95 % interval): "
         "adaptive on code at B = 4 (-20 % against eagle). The hybrid pays the model drafter at every step.",
+        "loses_why": "The hybrid pays the model drafter at every step.",
         "hybrid_falsification": {"sentence": "FED WRONG INPUTS."}}))
     figs = tmp_path / "figures"
     figs.mkdir(exist_ok=True)

@@ -395,7 +395,8 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
     step from the cost model: ``costs`` = {dataset@B: :func:`drafter_pass_ms`}). The share of the gap closed is
     stated over the points where Oracle Combine, as the engine runs it, is above the best single method."""
     if hyb.empty:
-        return {"finding": "No hybrid configuration was both benchmarked and traced: nothing measured.", "loses": ""}
+        return {"finding": "No hybrid configuration was both benchmarked and traced: nothing measured.", "loses": "",
+                "loses_why": ""}
     out = {}
     for name, g in hyb.groupby("hybrid", sort=True):
         gm = g["gap_closed_measured"].dropna()
@@ -427,6 +428,7 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                + (f"; the simulator, charging what the engine pays, predicts the hybrids within a median {100 * err:.0f} %."
                   if err is not None else "."))
     lose = hyb[hyb["measured_ci_high"] < hyb["best_single_measured"]]
+    loses_why = ""  # why it loses, apart from where (the hybrid table reads the where on point values when it must)
     if lose.empty:
         loses = "It is not below the better single method beyond its 95 % interval at any measured point."
     else:
@@ -443,12 +445,12 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                    f"({100 * (full / tgt).min():.0f}-{100 * (full / tgt).max():.0f} %); its first pass alone, which any "
                    f"engine must run to keep the drafter's KV cache in step, {first.min():.1f}-{first.max():.1f} ms "
                    f"({100 * (first / tgt).min():.0f}-{100 * (first / tgt).max():.0f} %).")
-        loses = (f"Where it loses (below the better single method beyond its 95 % interval): {pts}. The hybrid pays "
-                 "the model drafter at every step, also where n-gram's draft is verified, so where n-gram or no "
-                 "speculation is the better choice it is slower by the drafter's cost." + why
-                 + " Losses larger than the first pass's share come from the rest of the draft, which vLLM's proposer "
-                 "cannot stop after the first pass.")
-    return {"finding": finding, "loses": loses, "by_hybrid": out}
+        loses_why = ("The hybrid pays the model drafter at every step, also where n-gram's draft is verified, so where "
+                     "n-gram or no speculation is the better choice it is slower by the drafter's cost." + why
+                     + " Losses larger than the first pass's share come from the rest of the draft, which vLLM's "
+                     "proposer cannot stop after the first pass.")
+        loses = f"Where it loses (below the better single method beyond its 95 % interval): {pts}. {loses_why}"
+    return {"finding": finding, "loses": loses, "loses_why": loses_why, "by_hybrid": out}
 
 
 def hybrid_falsification(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]],

@@ -101,12 +101,11 @@ def loses_on_points(t: pd.DataFrame, ctx: TraceContext) -> str:
 
 def _loses_text(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
     """The summary's sentences on where the hybrid loses and why; where points rest on too few requests for a 95 %
-    interval, its first sentence (which reads the interval) is replaced by :func:`loses_on_points`."""
-    loses = summary.get("loses", "")
+    interval, the where (which reads the interval) is :func:`loses_on_points` instead, before the summary's why."""
     if not len(t) or not _few(t).any():
-        return loses
-    why = loses.find(" The hybrid pays")
-    return loses_on_points(t, ctx) + (loses[why:] if why >= 0 else "")
+        return summary.get("loses", "")
+    why = summary.get("loses_why", "")
+    return loses_on_points(t, ctx) + (f" {why}" if why else "")
 
 
 def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
