@@ -128,6 +128,16 @@ def test_hybrid_is_lossless_and_records_its_choices(policy):
     assert summary["share_ngram"] + summary["share_drafter"] == pytest.approx(1.0)
     if policy == "ngram-first":  # n-gram exactly where its lookup matched
         assert ((table["source"] == "ngram") == (table["ngram_len"] > 0)).all()
+    # decided before the drafter ran: EAGLE drafted as many tokens as the step's choices need, its first pass only
+    # where every request of the step took n-gram's draft, and a drafter draft never longer than what it drafted
+    steps = table.groupby("step").agg(k=("drafter_k", "max"), kmin=("drafter_k", "min"),
+                                      all_ng=("source", lambda s: bool((s == "ngram").all())))
+    assert (steps["k"] == steps["kmin"]).all() and (steps["k"] >= 1).all()
+    assert (steps.loc[steps["all_ng"], "k"] == 1).all() and (steps.loc[~steps["all_ng"], "k"] > 1).any()
+    assert (table["own"] == table["drafter_k"]).all()
+    drafter = table[table["source"] == "drafter"]
+    assert (drafter["proposed"] <= drafter["drafter_k"]).all()
+    print(f"hybrid-{policy}: first pass only at {summary['first_pass_steps']:.2f} of the steps")
 
 
 def test_the_docs_example_runs(tmp_path):

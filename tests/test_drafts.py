@@ -71,10 +71,11 @@ def test_ngram_first_is_pr_24344s_rule():
     assert p.propose("r", "-", [1, 2, 3], own=[7] * 5, ngram=[]).draft == [7] * 5
 
 
-def _engine_choices(params, cost, ng, ea, P, B):
+def _engine_choices(params, cost, ng, ea, P, B, decide_first=False):
     """Drive the engine's planner over acceptance traces as the engine would: at ``gen`` tokens the n-gram
     proposal and the drafter's draft are correct for ``acc[gen - 1] - 1`` tokens (the simulator's index), the
-    step produces ``min(acc of the chosen, k + 1)``; returns (request, gen, input_len, used drafter) rows."""
+    step produces ``min(acc of the chosen, k + 1)``; returns (request, gen, input_len, used drafter) rows.
+    ``decide_first``: as the hybrid does in the engine, decide before the drafter runs, then take the draft."""
     rows = []
     for r, (a_ng, a_ea) in enumerate(zip(ng, ea)):
         L = a_ng.size
@@ -86,6 +87,10 @@ def _engine_choices(params, cost, ng, ea, P, B):
             i = gen - 1
             prop_ng = ref[gen:gen + a_ng[i] - 1] + [0] * params.ngram_k_max
             own = ref[gen:gen + a_ea[i] - 1] + [0] * params.eagle_k_max
+            if decide_first:
+                use_ng, kk = planner.decide("r", ref[:gen], prop_ng[:params.ngram_k_max], batch_size=B,
+                                            context=int(P[r]) + gen)
+                own = own[:DraftPlanner.drafter_k([(use_ng, kk)])]  # the drafter drafts only what the choice needs
             p = planner.propose("r", "-", ref[:gen], own=own[:params.eagle_k_max], ngram=prop_ng[:params.ngram_k_max],
                                 batch_size=B, context=int(P[r]) + gen)
             k = len(p.draft)
@@ -95,7 +100,7 @@ def _engine_choices(params, cost, ng, ea, P, B):
     return rows
 
 
-@pytest.mark.parametrize("charge", ["chosen", "full"])
+@pytest.mark.parametrize("charge", ["chosen", "full", "first-pass"])
 def test_the_engine_and_the_simulator_make_the_same_choices(charge):
     """One policy function: the simulator's adaptive steps and the engine's planner, fed the same accepted
     counts, choose the same proposer and k at every step."""
@@ -107,12 +112,37 @@ def test_the_engine_and_the_simulator_make_the_same_choices(charge):
     params = AdaptiveParams(eagle_k_max=5, ngram_k_max=5, drafter_charge=charge)
     for B in (1, 32):
         st = _adaptive_steps(params, ng, ea, P, B, cost)
-        eng = _engine_choices(params, cost, ng, ea, P, B)
+        eng = _engine_choices(params, cost, ng, ea, P, B, decide_first=charge == "first-pass")
         assert len({e[3] for e in eng}) == 2  # the history moves the choice: both proposers are chosen
         sim = list(zip(st.request.tolist(), st.gen.tolist(), st.input_len.tolist(), (st.eagle_w > 0).tolist()))
-        if charge == "full":  # every step charges the drafter: the path (gen, k) shows the choices
+        if charge != "chosen":  # every step charges the drafter: the path (gen, k) shows the choices
             sim, eng = [s[:3] for s in sim], [e[:3] for e in eng]
         assert eng == sim
+
+
+def test_a_choice_made_before_the_drafter_ran_is_the_one_taken():
+    """The hybrid decides before the model drafter runs (the engine limits the drafter to that choice) and takes
+    that choice at the same output length, observing the last step once; at another length it decides afresh."""
+    cost = load_cost_model("llama3.1-8b-h100")
+    plan = make_plan("hybrid", 5, policy="adaptive", cost_model=cost)
+    assert plan["adaptive"]["drafter_charge"] == "first-pass" and DraftPlanner(plan).drafter_follows_choice
+    a, b = DraftPlanner(plan), DraftPlanner(plan)
+    out = [5, 6, 7]
+    a.propose("r", "-", out[:1], own=[6, 7, 8, 9, 9], ngram=[6, 7, 1])
+    b.propose("r", "-", out[:1], own=[6, 7, 8, 9, 9], ngram=[6, 7, 1])
+    choice = a.decide("r", out, ngram=[1, 2], batch_size=1, context=10)
+    pa = a.propose("r", "-", out, own=[8] * 5, ngram=[9, 9, 9], batch_size=1, context=10)
+    pb = b.propose("r", "-", out, own=[8] * 5, ngram=[1, 2], batch_size=1, context=10)
+    assert (pa.source == "ngram", len(pa.draft)) == (choice[0], min(choice[1], len(pa.draft)))
+    assert a.state["r"].counts == b.state["r"].counts  # observed once, as without the early decision
+    assert pa.ngram_len == 2  # the proposal the choice was made with, not the later one
+    # a decision at another length (the step produced other tokens than the tensor said) is dropped
+    a.decide("r", out + [8, 9], ngram=[], batch_size=1, context=12)
+    pc = a.propose("r", "-", out + [8], own=[8] * 5, ngram=[4], batch_size=1, context=11)
+    assert pc.ngram_len == 1 and a.state["r"].pending is None
+    assert DraftPlanner.drafter_k([(True, 3), (True, 5)]) == 1  # all n-gram: the first pass alone
+    assert DraftPlanner.drafter_k([(True, 3), (False, 2), (False, 4)]) == 4
+    assert not DraftPlanner(make_plan("controlled", 3, profile="none")).drafter_follows_choice
 
 
 def test_drafter_charge_full_charges_the_drafters_whole_draft_every_step():

@@ -109,8 +109,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("cpu-hybrid", "Beyond the paper: choosing the proposer online (the CPU model)", CPU_PART, ("tab_hybrid",),
             roles=frozenset({CPU_MODEL}),
             intro="The paper's suggested next step, built into vLLM through the project's plugin and measured on this "
-                  "run's real CPU model: n-gram and the trained EAGLE head both propose every step, and a policy picks "
-                  "one draft per request and step. The finding above is the table's, from its CSV; where the hybrid "
+                  "run's real CPU model: a policy picks n-gram's draft or the trained EAGLE head's per request and step "
+                  "before the head drafts, and the head drafts only as far as the step's choices need (its first "
+                  "pass alone where every request takes n-gram's). The finding above is the table's, from its CSV; where the hybrid "
                   "loses, and why, follows the table."),
     Section("run", "What was run", RUN, ("tab_engine_jobs", "tab_head_positions", "tab_runtime", "fig_costfit",
                                          "tab_costfit", "tab_engine_exercise")),

