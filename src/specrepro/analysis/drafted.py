@@ -37,14 +37,13 @@ import pandas as pd
 
 from ..core.costmodel import CostModel, load_cost_model
 from ..core.errors import SpecReproError
-from ..core.policy import AdaptiveParams
 from ..core.io import read_json, read_parquet, write_csv, write_json
 from ..core.traces import TraceRecord, read_trace
 from ..engine.results.metrics import load_points
 from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import experiment_configs
-from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs
+from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
 from .closedloop import experiment_inputs
 from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
@@ -53,10 +52,6 @@ from ..sim.simulator.workload import draw_requests, request_traces
 from .enginesim import workload
 
 MODES = ("fixed", "controlled", "oracle", "hybrid")
-#: the engine's model-drafter accounting for the oracle and controlled runs (vLLM drafts num_speculative_tokens)
-ENGINE_CHARGE = ENGINE_DRAFTER_CHARGE
-#: ... and for the hybrid's (the plugin runs the drafter as far as the step's choices need)
-HYBRID_CHARGE = HYBRID_DRAFTER_CHARGE
 #: a measured point's key: a draft job's points carry the plan they ran under in ``profile`` (a controlled job: one
 #: per acceptance profile; an oracle or hybrid job: its mode label); plain bench points have none ("")
 KEY = ["exp", "dataset", "config", "profile", "batch_size"]
@@ -161,11 +156,6 @@ def _controlled_workload(records: Sequence[TraceRecord], dataset: str, cfg: Draf
                     ngram=tuple(accs), eagle=tuple(accs), suffix=None)
 
 
-def engine_params(k: int) -> AdaptiveParams:
-    """The policy parameters the plugin's hybrid runs with (:func:`specrepro.jobspec.drafts.make_plan`)."""
-    return AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=HYBRID_CHARGE)
-
-
 def sim_setup(cfg: DraftConfig, records: Sequence[TraceRecord], dataset: str, cost_model: str, *,
               ngram_match: float, seed: int, lookup: str | None = LOOKUP) -> tuple[Workload, SimSpec, CostModel]:
     """(workload, spec, cost model) that simulate ``cfg`` on ``records`` with the engine's accounting."""
@@ -201,7 +191,7 @@ def sim_setup(cfg: DraftConfig, records: Sequence[TraceRecord], dataset: str, co
     if pol is None:
         raise SpecReproError(f"{cfg.config}: unknown hybrid policy {cfg.policy!r}")
     return w, SimSpec("combined", pol, ngram_match_prob=ngram_match, num_requests=n, seed=seed,
-                      adaptive=engine_params(cfg.k)), cost
+                      adaptive=hybrid_params(cfg.k)), cost
 
 
 def mean_accepted(w: Workload, spec: SimSpec, cost: CostModel) -> float:
@@ -553,7 +543,7 @@ def run_drafted(a) -> None:
         dp = points[points["config"].isin({c for c, _ in configs}) & points["departed_requests"].notna()]
         departed = {f"{c}@{int(b)}": int(g["departed_requests"].sum()) for (c, b), g in dp.groupby(["config", "batch_size"])}
     write_json(a.summary, {
-        "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_CHARGE, "hybrid_accounting": HYBRID_CHARGE,
+        "exp": a.exp, "ngram_match_prob": match, "accounting": ENGINE_DRAFTER_CHARGE, "hybrid_accounting": HYBRID_DRAFTER_CHARGE,
         "calibration": {**summarise(cal), "ks": sorted({int(k) for k in cal["k"]}),
                         "profiles": sorted(set(cal["profile"]))},
         "repeat": repeat_check(table),

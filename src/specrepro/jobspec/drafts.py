@@ -76,6 +76,12 @@ def mode_label(mode: str, of: str | None = None, policy: str | None = None) -> s
     return mode
 
 
+def hybrid_params(k: int) -> AdaptiveParams:
+    """The policy parameters a hybrid plan runs with by default: both proposers up to the engine's ``k``, the
+    model drafter charged as the plugin runs it (:data:`HYBRID_DRAFTER_CHARGE`)."""
+    return AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=HYBRID_DRAFTER_CHARGE)
+
+
 def check_plan(plan: Mapping[str, Any]) -> None:
     """A one-line :class:`SpecReproError` for a plan the planner cannot run."""
     mode = plan.get("mode")
@@ -109,7 +115,7 @@ def make_plan(mode: str, k: int, *, of: str | None = None, policy: str | None = 
     if cost_model is not None:
         plan["cost_model"] = asdict(cost_model)
     if mode == "hybrid":
-        ad = adaptive or AdaptiveParams(eagle_k_max=int(k), ngram_k_max=int(k), drafter_charge=HYBRID_DRAFTER_CHARGE)
+        ad = adaptive or hybrid_params(k)
         plan["adaptive"] = asdict(ad)
     check_plan(plan)
     return plan
@@ -235,6 +241,11 @@ class DraftPlanner:
         st.pending = (len(output), use_ng, kk, counts, list(ngram))
         return use_ng, kk
 
+    def decided(self, rid: str, g: int) -> bool:
+        """Whether :meth:`decide` chose request ``rid``'s draft at ``g`` output tokens (:meth:`propose` takes it)."""
+        st = self.state.get(rid)
+        return st is not None and st.pending is not None and st.pending[0] == g
+
     @staticmethod
     def drafter_k(choices: Sequence[tuple[bool, int]]) -> int:
         """Passes the model drafter must run for a batch's choices: the largest ``k`` of a request taking its draft,
@@ -249,12 +260,11 @@ class DraftPlanner:
         st = self.state.setdefault(rid, _Req())
         g = len(output)
         if self.mode == "hybrid":
-            pend, st.pending = st.pending, None
-            if pend is not None and pend[0] == g:
-                _, use_ng, kk, counts, ngram = pend
+            if self.decided(rid, g):
+                _, use_ng, kk, counts, ngram = st.pending
             else:
                 use_ng, kk, counts = self._choose(st, output, ngram, batch_size, context)
-            st.counts = counts
+            st.counts, st.pending = counts, None
             draft = list(ngram[:kk]) if use_ng else list(own[:kk])
             st.last, st.g, st.step = (use_ng, len(draft), list(ngram)), g, st.step + 1
             return Proposal(draft, "ngram" if use_ng else "drafter", g, len(ngram))

@@ -56,31 +56,30 @@ class _State:
             self._fh = open(Path(self.out_dir) / DRAFT_FILE, "a", encoding="utf-8", buffering=1)
         write_record(self._fh, row)
 
-    def ngram(self, runner, rid: str, tokens=None) -> list[int]:
-        """vLLM's n-gram lookup over the request's tokens (``tokens``; else its row of the input batch)."""
+    def ngram(self, runner, rid: str, new=()) -> list[int]:
+        """vLLM's n-gram lookup over the request's row of the input batch, followed by ``new`` tokens (those the
+        step sampled that the row does not hold yet)."""
         if not self.needs_ngram:
             return []
         if self._lookup is None:
             self._lookup = importlib.import_module("vllm.v1.spec_decode.ngram_proposer")\
                 ._find_longest_matched_ngram_and_propose_tokens
-        if tokens is None:
-            ib = runner.input_batch
-            i = ib.req_id_to_index.get(rid)
-            if i is None:
-                return []
-            tokens = ib.token_ids_cpu[i, :int(ib.num_tokens_no_spec[i])]
-        got = self._lookup(np.asarray(tokens, dtype=np.int32), self.ng_min, self.ng_max, int(runner.max_model_len),
-                           int(self.planner.ngram_k))
+        ib = runner.input_batch
+        i = ib.req_id_to_index.get(rid)
+        if i is None:
+            return []
+        tokens = ib.token_ids_cpu[i, :int(ib.num_tokens_no_spec[i])]
+        if len(new):
+            tokens = np.concatenate([tokens, np.asarray(new, dtype=tokens.dtype)])
+        got = self._lookup(tokens, self.ng_min, self.ng_max, int(runner.max_model_len), int(self.planner.ngram_k))
         return [] if got is None else [int(t) for t in got]
 
-    def pre_draft(self, runner, sampled) -> int | None:
+    def pre_draft(self, runner, sampled) -> None:
         """Before the model drafter runs: the hybrid's choice per request (from the tokens this step sampled) and
-        the drafter passes they need (:meth:`DraftPlanner.drafter_k`); None where the drafter runs as configured.
-        ``sampled``: the runner's sampled tokens, a tensor (rows in batch order, ``PLACEHOLDER`` padded: the
-        requests' outputs do not hold them yet; 0.11 / 0.32's model drafters) or lists (already appended; 0.10)."""
-        self.drafter_k = None
-        if not self.planner.drafter_follows_choice:
-            return None
+        the drafter passes they need (``drafter_k``, :meth:`DraftPlanner.drafter_k`).
+        ``sampled``: the runner's sampled tokens, a tensor (rows in batch order, ``PLACEHOLDER`` padded: neither
+        the requests' outputs nor the batch's token rows hold them yet; 0.11 / 0.32's model drafters) or lists
+        (already appended to both; 0.10)."""
         rows = None if isinstance(sampled, list) or sampled is None else sampled.tolist()
         req_ids = list(runner.input_batch.req_ids)
         B = len(req_ids)
@@ -89,14 +88,11 @@ class _State:
             rs = runner.requests.get(rid)
             if rs is None:
                 continue
-            output = list(rs.output_token_ids)
-            if rows is not None and i < len(rows):
-                output += [int(t) for t in rows[i] if t != PLACEHOLDER]
-            prompt = list(rs.prompt_token_ids)
-            ng = self.ngram(runner, rid, prompt + output)
-            choices.append(self.planner.decide(rid, output, ng, batch_size=B, context=len(prompt) + len(output)))
+            new = [int(t) for t in rows[i] if t != PLACEHOLDER] if rows is not None and i < len(rows) else []
+            output = list(rs.output_token_ids) + new
+            choices.append(self.planner.decide(rid, output, self.ngram(runner, rid, new), batch_size=B,
+                                               context=len(rs.prompt_token_ids) + len(output)))
         self.drafter_k = self.planner.drafter_k(choices) if choices else None
-        return self.drafter_k
 
     def substitute(self, runner, req_ids, drafts) -> list[list[int]]:
         """The drafts of ``req_ids`` after substitution (``drafts``: vLLM's, one list per request)."""
@@ -115,10 +111,8 @@ class _State:
             if key is None:
                 key = self.keys[rid] = prompt_key(rs.prompt_token_ids)
             output = list(rs.output_token_ids)
-            pend = self.planner.state.get(rid)
-            decided = pend is not None and pend.pending is not None and pend.pending[0] == len(output)
             # a choice made before the drafter ran carries its own n-gram proposal
-            ng = [] if decided else self.ngram(runner, rid, list(rs.prompt_token_ids) + output)
+            ng = [] if self.planner.decided(rid, len(output)) else self.ngram(runner, rid)
             p = self.planner.propose(rid, key, output, list(own), ng, batch_size=B,
                                      context=len(rs.prompt_token_ids) + len(output))
             out.append(p.draft)
