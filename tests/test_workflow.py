@@ -115,6 +115,26 @@ def test_cpu_report_leaves_standin_figures_and_thin_per_request_figures_out(tmp_
     assert jobs["tab_lossless"] == jobs["fig03_reasoning"] == jobs["tab_engine_exercise"] == 1
 
 
+def test_the_closed_loop_overlay_runs_smollm2_alone_at_8_requests(tmp_path):
+    """config/cpu-closedloop.yaml over config/cpu.yaml, as its header runs it: the closed loop's targets plan
+    SmolLM2's jobs only (its draft jobs included); a misspelt experiment in experiment_overrides stops the run
+    with one line before any job."""
+    targets = [f"results/simulator/engine-smollm2/{f}" for f in ("closed_loop.csv", "falsification.json", "drafted.json")]
+    overlay = str(REPO / "config" / "cpu-closedloop.yaml")
+    proc = run_snakemake(["-n", "--configfile", CPU, overlay, "--directory", str(tmp_path / "run"), "--", *targets])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    jobs = planned_jobs(proc.stdout)
+    assert jobs["engine_bench"] == 6 and jobs["engine_draft_bench"] == 6 and jobs["engine_trace"] == 3
+    assert "smollm2" in proc.stdout and "standin-" not in proc.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"experiment_overrides": {"smollm3": {"num_requests": 8}}}))
+    proc = run_snakemake(["--cores", "1", "--configfile", CPU, str(bad), "--directory", str(tmp_path / "bad")])
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("config error: experiment_overrides.smollm3: no experiment of that name")
+    assert only_snakemake_state(tmp_path / "bad")
+
+
 def test_bad_config_stops_before_any_job(tmp_path):
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
     cfg["experiments"][0]["batch_sizes"] = [0, 16]

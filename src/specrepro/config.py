@@ -87,6 +87,27 @@ def schema_error_from_workflow_error(exc: BaseException) -> str | None:
     return None
 
 
+def apply_experiment_overrides(config: dict) -> None:
+    """Merge ``experiment_overrides`` ({experiment name: keys of its ``experiments`` entry}) into the named entries,
+    in place, before validation.
+
+    A second ``--configfile`` can so change one experiment of the list the first file defines: Snakemake merges
+    mappings key by key but replaces a list whole. Keys replace the entry's (a list, e.g. ``drafts``, whole); an
+    unknown name raises :class:`ConfigError`."""
+    over = config.get("experiment_overrides") or {}
+    if not isinstance(over, Mapping):
+        raise ConfigError(f"config error: experiment_overrides = {over!r}: expected a mapping of experiment name -> keys")
+    entries = {e.get("name"): e for e in config.get("experiments") or [] if isinstance(e, dict)}
+    for name, keys in over.items():
+        if name not in entries:
+            raise ConfigError(f"config error: experiment_overrides.{name}: no experiment of that name "
+                              f"(experiments: {', '.join(map(str, entries)) or 'none'})")
+        if not isinstance(keys, Mapping) or "name" in keys:
+            raise ConfigError(f"config error: experiment_overrides.{name} = {keys!r}: expected a mapping of the "
+                              "experiment's keys other than name")
+        entries[name].update(json.loads(json.dumps(keys)))
+
+
 def validate_schema(config: dict, schema_path: str | Path) -> None:
     """Validate with defaults filled in, without Snakemake (used by the CLI and tests)."""
     import yaml
@@ -543,6 +564,7 @@ def add_cli(sub) -> None:
 
         for path in a.configs:
             cfg = yaml.safe_load(Path(path).read_text())
+            apply_experiment_overrides(cfg)
             validate_schema(cfg, a.schema)
             check_config(cfg)
             print(f"{path}: ok")

@@ -19,7 +19,7 @@ REPO = Path(workflow.basedir)
 sys.path.insert(0, str(REPO / "src"))
 
 
-from specrepro.config import config_hash, config_problems, schema_error_from_workflow_error  # noqa: E402
+from specrepro.config import apply_experiment_overrides, config_hash, config_problems, schema_error_from_workflow_error  # noqa: E402
 from specrepro.core.fetch import resolve_source  # noqa: E402
 from specrepro.core.io import SpecReproError  # noqa: E402
 from specrepro.core.cluster import engine_resources as _engine_resources  # noqa: E402
@@ -48,6 +48,10 @@ for _k in ("preflight", "offline"):
     if isinstance(config.get(_k), str) and config[_k].lower() in ("true", "false"):
         config[_k] = config[_k].lower() == "true"
 
+try:
+    apply_experiment_overrides(config)
+except SpecReproError as exc:
+    stop(str(exc))
 try:
     validate(config, schema=str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
 except WorkflowError as exc:
