@@ -211,7 +211,8 @@ def test_trace_job_estimate_by_hand():
 
     from specrepro.plan import trace_seconds
 
-    cm = SimpleNamespace(c_kv=1.0, c_compute=10.0, c_fixed=100.0, d_kv=0.5, d_spec=7.0, d_fixed=3.0, overhead=1000.0)
+    cm = SimpleNamespace(c_kv=1.0, c_compute=10.0, c_fixed=100.0, d_kv=0.5, d_spec=7.0, d_fixed=3.0, d_tok=0.0,
+                         overhead=1000.0)
     cm.target = lambda kv, n: cm.c_kv * kv + cm.c_compute * n + cm.c_fixed
     # prefill 300 + 1000; steps j = 1..3, kv 2*(10 + j) = 22, 24, 26: target 72 + 3*(10*2*3 + 100), drafts
     # 2*(0.5*72 + 3*(7 + 3)), overhead 3*1000; tail j = 4, one request: kv 14: 14 + 130 + 2*(7 + 10) + 1000
@@ -219,6 +220,10 @@ def test_trace_job_estimate_by_hand():
     assert trace_seconds(cm, 2, 10, 3, k=2, cap=4) == pytest.approx(want, rel=1e-12)
     assert trace_seconds(cm, 2, 10, 3, k=2, cap=4, drafter=False) == pytest.approx(want - 132 - 34, rel=1e-12)
     assert trace_seconds(cm, 300, 10, 3, k=2) == pytest.approx(2 * trace_seconds(cm, 256, 10, 3, k=2), rel=1e-12)
+    # a drafter token over the batch (d_tok): each of the k passes takes every request's token, 2 * 3 * 2 in the
+    # three steps of both requests, 2 * 1 * 1 in the tail step
+    cm.d_tok = 0.25
+    assert trace_seconds(cm, 2, 10, 3, k=2, cap=4) == pytest.approx(want + 0.25 * (12 + 2), rel=1e-12)
 
 
 def test_plan_has_a_trace_row_per_experiment_and_method():

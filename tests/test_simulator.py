@@ -327,3 +327,27 @@ def test_fast_equals_reference_with_the_engines_drafter_charge(workloads, charge
     chosen = simulate(w, SimSpec("combined", "adaptive", num_requests=8, adaptive=AdaptiveParams(eagle_k_max=5)),
                       [1, 4, 32], cost).summary["speedup"]
     assert (fast.to_numpy() < chosen.to_numpy()).all()
+
+
+def test_fast_equals_reference_with_per_token_drafting(workloads):
+    """A cost model whose drafting grows with the batch's tokens (d_tok, fitted where profiled passes span k and B):
+    the fast simulator and the step-by-step reference charge it alike in every batching mode, and it costs more at
+    larger B, never at B = 1 beyond d_tok per verified token."""
+    from dataclasses import replace
+
+    base = load_cost_model("llama3.1-8b-h100")
+    cost = replace(base, d_tok=2e-4)
+    w = workloads["instructcoder"]
+    specs = [SimSpec("eagle", "fixed-3", num_requests=8), SimSpec("eagle", "oracle", num_requests=8),
+             SimSpec("combined", "oracle", num_requests=8, combine_cost="both"),
+             SimSpec("combined", "adaptive", num_requests=8),
+             SimSpec("eagle", "fixed-3", num_requests=8, batching="continuous")]
+    for spec in specs:
+        fast = simulate(w, spec, [1, 4, 32], cost).summary["speedup"]
+        ref = simulate_reference(w, spec, [1, 4, 32], cost).summary["speedup"]
+        np.testing.assert_allclose(fast, ref, rtol=1e-12, err_msg=str(spec))
+    spec = SimSpec("eagle", "fixed-3", num_requests=8)
+    with_tok = simulate(w, spec, [1, 32], cost).summary["speedup"].to_numpy()
+    without = simulate(w, spec, [1, 32], base).summary["speedup"].to_numpy()
+    loss = 1 - with_tok / without
+    assert 0 < loss[0] < loss[1]

@@ -3,6 +3,8 @@ measured speedups: hand-made cases with known answers."""
 
 from __future__ import annotations
 
+import inspect
+
 import json
 import math
 
@@ -101,7 +103,7 @@ def test_ranking_counts_discordant_pairs_within_a_dataset_and_batch_size():
 # --- the per-experiment cost model -------------------------------------------------------------------
 
 
-def _step_table(cost, *, method, drafting=None, seed=0):
+def _step_table(cost, *, method, drafting=None, seed=0, k=3):
     rng = np.random.default_rng(seed)
     rows, step = [], 0
     for B in (1, 4):
@@ -110,7 +112,7 @@ def _step_table(cost, *, method, drafting=None, seed=0):
                              n_drafting=int(method != "none"), draft_tokens=0))
             step += 1
             for j in range(1, 12):
-                n = B * (4 if method != "none" else 1)
+                n = B * (k + 1 if method != "none" else 1)
                 rows.append(dict(step=step, num_reqs=B, scheduled_tokens=n, context_tokens=B * (P + 4 * j) - B,
                                  prefill_reqs=0, n_drafting=int(method != "none"), draft_tokens=n - B))
                 step += 1
@@ -118,7 +120,10 @@ def _step_table(cost, *, method, drafting=None, seed=0):
     kv = t["context_tokens"] + t["num_reqs"] - t["prefill_reqs"]
     t["verification_s"] = cost.target(kv, t["scheduled_tokens"])
     inp = t["scheduled_tokens"] / t["num_reqs"]
-    t["drafting_s"] = 0.0 if drafting is None else np.where(t["prefill_reqs"] > 0, 0.5, drafting(kv, inp))
+    if drafting is not None and "batch_tokens" in inspect.signature(drafting).parameters:
+        t["drafting_s"] = np.where(t["prefill_reqs"] > 0, 0.5, drafting(kv, inp, batch_tokens=t["scheduled_tokens"]))
+    else:
+        t["drafting_s"] = 0.0 if drafting is None else np.where(t["prefill_reqs"] > 0, 0.5, drafting(kv, inp))
     t["sampling_s"] = 1e-4
     t["step_s"] = t["verification_s"] + t["drafting_s"] + cost.overhead + rng.normal(0, 1e-9, len(t))
     t["method"] = method
@@ -138,14 +143,42 @@ def test_profile_fit_recovers_target_drafter_and_overhead(tmp_path):
     fit = modelfit.fit_profile(rows, ["none", "eagle-k3", "ngram-k3"])
     assert fit.target.coefficients == pytest.approx({"c_kv": 0.001, "c_compute": 0.01, "c_fixed": 0.1}, rel=1e-6)
     # one k: d_spec absorbs d_fixed (= 0 here), and the assumption is written down
-    assert fit.drafters["eagle"].coefficients == pytest.approx({"d_kv": 1e-4, "d_spec": 1e-3, "d_fixed": 0.0},
-                                                               rel=1e-6, abs=1e-12)
-    assert "drafters.eagle.d_fixed" in fit.assumed
+    assert fit.drafters["eagle"].coefficients == pytest.approx({"d_kv": 1e-4, "d_spec": 1e-3, "d_fixed": 0.0,
+                                                                "d_tok": 0.0}, rel=1e-6, abs=1e-12)
+    assert "drafters.eagle.d_fixed" in fit.assumed and "one k" in fit.assumed["drafters.eagle.d_tok"]
     # prefill drafting (0.5 s) is not a drafter row: the simulator charges the prefill as T(0, B P) only
     assert (rows[rows["role"] == "drafter"]["seconds"] < 0.5).all()
     assert fit.overhead == pytest.approx(1.0, rel=1e-6)
     # n-gram: drafting is a share of the verification of the step (per request input 4 = B*4 / B, n = B*4)
     assert fit.ngram is not None and fit.ngram.n_points == 2 * 2 * 11
+
+
+def test_profile_fit_over_k_and_batch_sizes_recovers_the_per_token_drafting(tmp_path):
+    """Profiled passes at two k and two batch sizes tell the drafter's four terms apart: d_tok (its k passes each
+    take every request's token) is recovered, is written to the file, and loads back."""
+    path = tmp_path / "c.yaml"
+    path.write_text(ROUND_COST.replace("d_fixed: 0.01", "d_fixed: 0.002, d_tok: 0.0005"))
+    cost = load_cost_model(str(path))
+    assert cost.d_tok == 0.0005
+    assert cost.eagle_draft(100, 4, 16) == pytest.approx(1e-4 * 100 + 1e-3 * 4 + 0.002 + 0.0005 * 16)
+    assert cost.eagle_draft(100, 4) == pytest.approx(1e-4 * 100 + 1e-3 * 4 + 0.002 + 0.0005 * 4)  # one request
+    rows = pd.concat([modelfit.profile_rows(_step_table(cost, method="none"), "none", "none")] + [
+        modelfit.profile_rows(_step_table(cost, method="eagle", drafting=cost.eagle_draft, k=k), "eagle", f"eagle-k{k}")
+        for k in (3, 5)], ignore_index=True)
+    assert set(rows[rows["role"] == "drafter"]["batch_tokens"] / rows[rows["role"] == "drafter"]["batched_tokens"]) == {1, 4}
+    fit = modelfit.fit_profile(rows, ["none", "eagle-k3", "eagle-k5"])
+    assert fit.drafters["eagle"].coefficients == pytest.approx(
+        {"d_kv": 1e-4, "d_spec": 1e-3, "d_fixed": 0.002, "d_tok": 0.0005}, rel=1e-5, abs=1e-10)
+    assert not any(k.startswith("drafters.eagle") for k in fit.assumed)
+    out = tmp_path / "fit.yaml"
+    out.write_text(modelfit.cost_model_text(modelfit.cost_model_doc(fit, name="x", model="m", hardware="cpu", images={},
+                                                                    source="test")))
+    assert load_cost_model(str(out), drafter="eagle").d_tok == pytest.approx(0.0005, rel=1e-5)
+    # one batch size: d_tok cannot be told from d_spec, and stays 0 with the reason
+    one_b = rows[(rows["batch_tokens"] == rows["batched_tokens"]) | (rows["role"] != "drafter")]
+    fit1 = modelfit.fit_profile(one_b, ["none", "eagle-k3", "eagle-k5"])
+    assert fit1.drafters["eagle"].coefficients["d_tok"] == 0.0
+    assert "one batch size" in fit1.assumed["drafters.eagle.d_tok"]
 
 
 def test_cost_model_file_loads_per_drafter(tmp_path):
@@ -352,9 +385,10 @@ def test_profile_fit_gives_each_method_its_overhead_and_several_k_fit_the_drafte
         frames.append(modelfit.profile_rows(t, "eagle", f"eagle-k{k}"))
         methods[f"eagle-k{k}"] = "eagle"
     fit = modelfit.fit_profile(pd.concat(frames, ignore_index=True), list(methods), methods)
-    assert fit.drafters["eagle"].coefficients == pytest.approx({"d_kv": 1e-4, "d_spec": 1e-3, "d_fixed": 0.05},
-                                                               rel=1e-6)
-    assert "drafters.eagle.d_fixed" not in fit.assumed
+    # several k and batch sizes, no per-token drafting in the data: d_tok is fitted, and comes out 0
+    assert fit.drafters["eagle"].coefficients == pytest.approx({"d_kv": 1e-4, "d_spec": 1e-3, "d_fixed": 0.05,
+                                                                "d_tok": 0.0}, rel=1e-6, abs=1e-9)
+    assert "drafters.eagle.d_fixed" not in fit.assumed and "drafters.eagle.d_tok" not in fit.assumed
     assert fit.overhead == pytest.approx(1.0, rel=1e-6) and fit.overhead_by_method == pytest.approx({"eagle": 1.5})
     assert fit.overhead_half_width_by_method["eagle"] < 1e-6
     doc = modelfit.cost_model_doc(fit, name="x", model="m", hardware="cpu", images={}, source="test")

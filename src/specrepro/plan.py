@@ -55,7 +55,7 @@ def trace_seconds(cm, n_requests: int, prompt_tokens: float, output_tokens: floa
             return 0.0
         kv = b * (m * p + (first + last) * m / 2)
         t = cm.c_kv * kv + m * (cm.c_compute * b * (k + 1) + cm.c_fixed)
-        d = k * (cm.d_kv * kv + m * (cm.d_spec + cm.d_fixed)) if drafter else 0.0
+        d = k * (cm.d_kv * kv + m * (cm.d_spec + cm.d_fixed + b * cm.d_tok)) if drafter else 0.0
         return scale * (t + d) + m * cm.overhead
 
     waves, b = -(-int(n_requests) // TRACE_MAX_SEQS), min(int(n_requests), TRACE_MAX_SEQS)

@@ -326,7 +326,8 @@ def drafter_pass_ms(cost: CostModel, kv: float, k: int, batch_size: int = 1) -> 
     token, what the hybrid pays where every request takes n-gram's draft) and its whole ``k``-token draft
     (``k + 1`` inputs, where one takes the drafter's), and the target's step verifying
     ``k + 1`` tokens of ``batch_size`` requests, in ms."""
-    return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1)), "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1)),
+    return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1, batch_size)),
+            "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1, batch_size * (k + 1))),
             "target_step_ms": 1e3 * float(cost.target(kv, batch_size * (k + 1)) + cost.overhead)}
 
 

@@ -4,6 +4,8 @@ A cost model is a YAML file (see ``data/cost_models/llama3.1-8b-h100.yaml``)::
 
     target: {c_kv, c_compute, c_fixed}      T(kv, n) = c_kv*kv + c_compute*n + c_fixed
     eagle:  {d_kv, d_spec, d_fixed}         EAGLE draft time = d_kv*kv + d_spec*input_len + d_fixed
+            optional d_tok                  + d_tok * batch_tokens (the tokens the drafter's k passes take over the
+                                            batch, B * input_len for B copies; absent: 0, the paper's form)
     ngram:  {draft_fraction}                n-gram draft time = draft_fraction * T(kv, n)
     overhead_per_step                       added to every request's latency at every step
     overhead_by_method: {<method>: s}       optional: the overhead of a step under SD with that method (the
@@ -55,6 +57,9 @@ class CostModel:
     overhead: float
     #: the per-step overhead of SD steps (a method's own, fitted on its profiled steps); None: ``overhead``
     sd_overhead: float | None = None
+    #: drafting time per token over the batch and draft pass (0: the paper's form, drafting independent of B but
+    #: for its cache); fitted where profiled passes span several k and batch sizes
+    d_tok: float = 0.0
 
     @property
     def step_overhead(self) -> float:
@@ -65,9 +70,12 @@ class CostModel:
         """Time of one target forward pass over ``n`` tokens with ``kv`` tokens cached."""
         return kv * self.c_kv + n * self.c_compute + self.c_fixed
 
-    def eagle_draft(self, kv, input_len):
-        """EAGLE drafting time of one request verifying ``input_len`` tokens."""
-        return kv * self.d_kv + input_len * self.d_spec + self.d_fixed
+    def eagle_draft(self, kv, input_len, batch_tokens=None):
+        """EAGLE drafting time of a step whose requests verify ``input_len`` tokens each, ``kv`` tokens cached over
+        the batch; ``batch_tokens``: ``input_len`` summed over the batch's drafting requests (default
+        ``input_len``: one request), charged ``d_tok`` each."""
+        bt = input_len if batch_tokens is None else batch_tokens
+        return kv * self.d_kv + input_len * self.d_spec + self.d_fixed + bt * self.d_tok
 
     def ngram_draft(self, verify_time):
         """n-gram drafting time: a fixed share of the step's verification time."""
@@ -127,6 +135,9 @@ def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: 
             raise SpecReproError(f"{path}: 'overhead_by_method.{overhead_of or drafter}' must be a non-negative number, "
                                  f"got {v!r}")
         sd_overhead = float(v)
+    d_tok = doc["eagle"].get("d_tok", 0.0) if isinstance(doc.get("eagle"), dict) else 0.0
+    if isinstance(d_tok, bool) or not isinstance(d_tok, (int, float)) or not math.isfinite(d_tok) or d_tok < 0:
+        raise SpecReproError(f"{path}: coefficient 'eagle.d_tok' must be a non-negative number, got {d_tok!r}")
     return CostModel(
         name=str(doc.get("name", path.stem)) + (f"/{drafter}" if drafter and "drafters" in doc else ""),
         c_kv=values["target.c_kv"],
@@ -138,4 +149,5 @@ def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: 
         ngram_fraction=values["ngram.draft_fraction"],
         overhead=values["overhead_per_step"],
         sd_overhead=sd_overhead,
+        d_tok=float(d_tok),
     )

@@ -72,7 +72,7 @@ def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndar
         t = cost.target(kv[:, None], B * (k + 1))
         tau = t + cost.step_overhead + cost.ngram_draft(t)  # the n-gram lookup runs every step
         n_in = params.drafter_input(np.full(k.shape, eagle), k)
-        tau = tau + np.where(n_in > 0, cost.eagle_draft(kv[:, None], n_in), 0.0)
+        tau = tau + np.where(n_in > 0, cost.eagle_draft(kv[:, None], n_in, B * n_in), 0.0)
         rate = tokens / tau
         j = np.argmax(rate, axis=1)
         return rate[np.arange(rate.shape[0]), j], j + 1

@@ -25,7 +25,7 @@ SPEC = FigureSpec(
     paper_ref="Sec. 6 (simulator cost model)",
     caption=(
         "The simulator's step-time model (target T(kv, n) = c_kv kv + c_compute n + c_fixed; each drafter d_kv kv + "
-        "d_spec input_len + d_fixed; n-gram a share of T) fitted per experiment, i.e. per model on its engine and "
+        "d_spec input_len + d_fixed, plus d_tok per token over the batch where fitted; n-gram a share of T) fitted per experiment, i.e. per model on its engine and "
         "hardware ({subject_label}), by non-negative least squares to that experiment's own profiled engine steps, "
         "timed inside vLLM's model runner by specrepro's plugin (an experiment without profiled passes, such as the "
         "reasoning runs, is fitted to its benchmark wall times: marked 'bench'). One row per experiment. Left: measured "

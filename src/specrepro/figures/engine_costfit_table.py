@@ -29,7 +29,8 @@ SPEC = FigureSpec(
         "role's R$^2$ over the steps it was fitted to, and the source (profiled steps, or benchmark wall times for an "
         "experiment without a profiled pass). Rows of the released traces' model also give the paper's H100 "
         "coefficients and the ratio fitted / paper. 'assumed' marks a coefficient the data cannot identify (one k: "
-        "d_fixed = 0)."
+        "d_fixed = 0; d_tok, a drafter's time per token over the batch, is fitted where the profiled passes span several k and batch "
+        "sizes and is left out where it is 0, the paper's form)."
     ),
     paper_statement=(
         "The paper's simulator uses one cost model, Llama-3.1-8B on an H100 fitted by the authors (target c_kv, "
@@ -40,7 +41,7 @@ SPEC = FigureSpec(
 
 COLUMNS = ["exp", "model", "source", "role", "coefficient", "value", "assumed", "r2", "n_points", "paper", "ratio"]
 PAPER_ATTR = {"c_kv": "c_kv", "c_compute": "c_compute", "c_fixed": "c_fixed", "d_kv": "d_kv", "d_spec": "d_spec",
-              "d_fixed": "d_fixed", "draft_fraction": "ngram_fraction", "overhead_per_step": "overhead"}
+              "d_fixed": "d_fixed", "d_tok": "d_tok", "draft_fraction": "ngram_fraction", "overhead_per_step": "overhead"}
 
 
 def add_arguments(p) -> None:
@@ -60,6 +61,8 @@ def coefficient_rows(doc: dict, report: dict, paper=None) -> list[dict]:
     def add(role, section, coefs, fit):
         for k, v in coefs.items():
             key = f"{section}.{k}" if section else k
+            if k == "d_tok" and not v:  # the paper's form (no per-token drafting term): the caption says when
+                continue
             p = getattr(paper, PAPER_ATTR[k]) if paper is not None else math.nan
             rows.append({**base, "role": role, "coefficient": k, "value": float(v), "assumed": key in assumed,
                          "r2": (fit or {}).get("r2", math.nan), "n_points": (fit or {}).get("n_points", 0),

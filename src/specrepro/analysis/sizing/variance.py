@@ -106,7 +106,7 @@ def phase_seconds(workload, spec, batch_size: int, cost) -> pd.DataFrame:
     R = idx.size
     prefill = cost.target(0.0, B * P)
     ver = prefill + np.bincount(r, weights=T, minlength=R)
-    draft = np.bincount(r, weights=w_ng * cost.ngram_draft(T) + st.eagle_w * cost.eagle_draft(kv, inp), minlength=R)
+    draft = np.bincount(r, weights=w_ng * cost.ngram_draft(T) + st.eagle_w * cost.eagle_draft(kv, inp, B * inp), minlength=R)
     over = (1 + np.bincount(r, minlength=R)) * cost.overhead
     n = L - 1
     base_ver = prefill + n * (cost.c_kv * B * (P + 1) + cost.c_compute * B + cost.c_fixed) + cost.c_kv * B * n * (n - 1) / 2

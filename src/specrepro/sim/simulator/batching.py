@@ -44,7 +44,8 @@ def _replicate(spec: SimSpec, steps: Steps, P: np.ndarray, L: np.ndarray, B: int
     T = cost.target(kv, n_tok)
     # copy c drafts after copies 0..c-1 updated the cache: +produced each, or -(gen + P) if they finished
     delta = np.where(steps.final, -(steps.gen + Pr), steps.produced).astype(np.float64)
-    eagle = cost.eagle_draft(kv + (B - 1) / 2 * delta, inp if steps.eagle_in is None else steps.eagle_in)
+    e_in = inp if steps.eagle_in is None else steps.eagle_in
+    eagle = cost.eagle_draft(kv + (B - 1) / 2 * delta, e_in, B * e_in)
     per_step = T + cost.step_overhead + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
     sd = cost.target(0.0, B * P.astype(np.float64)) + cost.step_overhead + np.bincount(r, weights=per_step, minlength=R)
     return sd, baseline_latency(cost, B, P, L)
@@ -95,8 +96,10 @@ def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, c
     any_ng = np.bincount(g, weights=ngram_w, minlength=n_global) > 0
     ea_in = np.zeros(n_global)
     sel = steps.eagle_w > 0
-    np.maximum.at(ea_in, g[sel], (inp if steps.eagle_in is None else steps.eagle_in)[sel])
-    eagle = np.where(ea_in > 0, cost.eagle_draft(kv, ea_in), 0.0)
+    e_in = (inp if steps.eagle_in is None else steps.eagle_in)[sel]
+    np.maximum.at(ea_in, g[sel], e_in)
+    ea_tokens = np.bincount(g[sel], weights=e_in.astype(np.float64), minlength=n_global)
+    eagle = np.where(ea_in > 0, cost.eagle_draft(kv, ea_in, ea_tokens), 0.0)
     step_time = T + (cost.step_overhead if sd else cost.overhead) + any_ng * cost.ngram_draft(T) + eagle
     end = int(start.max()) if B < R else n_global - 1
     # tokens: one per prefill, then each decode step's tokens up to the request's end

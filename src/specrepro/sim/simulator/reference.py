@@ -99,10 +99,11 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
         for c in unfinished:
             pos = gen[c] - 1
             n_in = inputs[c]
-            ngram_cost, eagle_cost = cost.ngram_draft(t), cost.eagle_draft(kv, n_in)
+            # the copies are identical: each of the len(unfinished) copies drafts as this one does
+            ngram_cost, eagle_cost = cost.ngram_draft(t), cost.eagle_draft(kv, n_in, len(unfinished) * n_in)
             if spec.policy == "adaptive":
                 e_in = int(spec.adaptive.drafter_input(not mode_ng[c], n_in - 1))
-                draft = ngram_cost + (cost.eagle_draft(kv, e_in) if e_in else 0.0)
+                draft = ngram_cost + (cost.eagle_draft(kv, e_in, len(unfinished) * e_in) if e_in else 0.0)
                 got = min(int(ng[pos] if mode_ng[c] else ea[pos]), n_in)
             else:
                 got = min(int(acc[pos]), n_in)
@@ -204,7 +205,7 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                 step += cost.ngram_draft(t)
             ea_inputs = [p[0] for p in plan.values() if p[3]]
             if ea_inputs:
-                step += cost.eagle_draft(kv, max(ea_inputs))
+                step += cost.eagle_draft(kv, max(ea_inputs), sum(ea_inputs))
             produced = len(admitted)
             still = []
             for i in active:
