@@ -57,8 +57,9 @@ class CostModel:
     overhead: float
     #: the per-step overhead of SD steps (a method's own, fitted on its profiled steps); None: ``overhead``
     sd_overhead: float | None = None
-    #: drafting time per token over the batch and draft pass (0: the paper's form, drafting independent of B but
-    #: for its cache); fitted where profiled passes span several k and batch sizes
+    #: drafting time per drafter token over the batch (``input_len`` summed over the drafting requests; 0: the
+    #: paper's form, where drafting depends on B only through ``kv``); fitted where profiled passes span several k
+    #: and batch sizes
     d_tok: float = 0.0
 
     @property

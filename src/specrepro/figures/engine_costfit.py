@@ -29,7 +29,7 @@ SPEC = FigureSpec(
         "hardware ({subject_label}), by non-negative least squares to that experiment's own profiled engine steps, "
         "timed inside vLLM's model runner by specrepro's plugin (an experiment without profiled passes, such as the "
         "reasoning runs, is fitted to its benchmark wall times: marked 'bench'). One row per experiment. Left: measured "
-        "against fitted time of each role (dashed: equality); right: residuals. Titles give each role's R$^2$ and "
+        "against fitted time of each role (dashed: equality); right: residuals. Titles give each role's R^2 and "
         "points. On a CPU run the steps come from a shared CPU and are noisy: the fit is a code-path check."
     ),
     paper_statement=(

@@ -26,7 +26,7 @@ SPEC = FigureSpec(
     paper_ref="Sec. 6 (simulator cost model)",
     caption=(
         "Fitted coefficients of every experiment's cost model ({subject_label}; seconds, kv and n in tokens), with each "
-        "role's R$^2$ over the steps it was fitted to, and the source (profiled steps, or benchmark wall times for an "
+        "role's R^2 over the steps it was fitted to, and the source (profiled steps, or benchmark wall times for an "
         "experiment without a profiled pass). Rows of the released traces' model also give the paper's H100 "
         "coefficients and the ratio fitted / paper. 'assumed' marks a coefficient the data cannot identify (one k: "
         "d_fixed = 0; d_tok, a drafter's time per token over the batch, is fitted where the profiled passes span several k and batch "
