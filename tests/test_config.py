@@ -240,15 +240,13 @@ def test_an_overlay_changes_one_experiment_by_name():
     """config/cpu-closedloop.yaml on config/cpu.yaml, merged as Snakemake merges --configfile files (mappings key by
     key, lists whole): only SmolLM2's entry changes, and its draft jobs run on the overlay's requests."""
     from snakemake.utils import update_config
-    from specrepro.config import apply_experiment_overrides
+    from specrepro.config import checked_config
     from specrepro.jobspec.draftjobs import draft_jobs
 
     base = load("cpu.yaml")
     cfg = copy.deepcopy(base)
     update_config(cfg, load("cpu-closedloop.yaml"))
-    apply_experiment_overrides(cfg)
-    validate_schema(cfg, SCHEMA)
-    check_config(cfg)
+    checked_config(cfg, SCHEMA)
     exps = {e["name"]: e for e in cfg["experiments"]}
     smol = exps["smollm2"]
     assert smol["num_requests"] == 8 and smol["datasets"] == ["smol_code", "smol_news"]

@@ -108,6 +108,15 @@ def apply_experiment_overrides(config: dict) -> None:
         entries[name].update(json.loads(json.dumps(keys)))
 
 
+def checked_config(config: dict, schema_path: str | Path) -> dict:
+    """``config`` as the workflow takes it, outside Snakemake: overrides merged, schema defaults filled in,
+    cross-references checked (each problem a :class:`ConfigError`)."""
+    apply_experiment_overrides(config)
+    validate_schema(config, schema_path)
+    check_config(config)
+    return config
+
+
 def validate_schema(config: dict, schema_path: str | Path) -> None:
     """Validate with defaults filled in, without Snakemake (used by the CLI and tests)."""
     import yaml
@@ -563,10 +572,7 @@ def add_cli(sub) -> None:
         import yaml
 
         for path in a.configs:
-            cfg = yaml.safe_load(Path(path).read_text())
-            apply_experiment_overrides(cfg)
-            validate_schema(cfg, a.schema)
-            check_config(cfg)
+            checked_config(yaml.safe_load(Path(path).read_text()), a.schema)
             print(f"{path}: ok")
 
     p.set_defaults(func=run)

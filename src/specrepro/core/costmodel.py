@@ -100,6 +100,13 @@ def resolve(name_or_path: str) -> Path:
     )
 
 
+def _non_negative(path: Path, label: str, v) -> float:
+    """``v`` as a float, or the one-line error naming the file and ``label``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise SpecReproError(f"{path}: {label} must be a non-negative number, got {v!r}")
+    return float(v)
+
+
 def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: str | None = None) -> CostModel:
     """Read and check a cost model; a missing or non-numeric coefficient is a one-line error. ``drafter``: use
     ``drafters.<drafter>`` as the drafting coefficients (``eagle`` without a ``drafters`` section is the file's own).
@@ -124,21 +131,14 @@ def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: 
         holder = doc if section is None else doc.get(section)
         if not isinstance(holder, dict) or key not in holder:
             raise SpecReproError(f"{path}: missing coefficient '{where}'")
-        v = holder[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise SpecReproError(f"{path}: coefficient '{where}' must be a non-negative number, got {v!r}")
-        values[where] = float(v)
+        values[where] = _non_negative(path, f"coefficient '{where}'", holder[key])
     sd_overhead = None
     by_method = doc.get("overhead_by_method") or {}
     if (overhead_of or drafter) in by_method:
-        v = by_method[overhead_of or drafter]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise SpecReproError(f"{path}: 'overhead_by_method.{overhead_of or drafter}' must be a non-negative number, "
-                                 f"got {v!r}")
-        sd_overhead = float(v)
-    d_tok = doc["eagle"].get("d_tok", 0.0) if isinstance(doc.get("eagle"), dict) else 0.0
-    if isinstance(d_tok, bool) or not isinstance(d_tok, (int, float)) or not math.isfinite(d_tok) or d_tok < 0:
-        raise SpecReproError(f"{path}: coefficient 'eagle.d_tok' must be a non-negative number, got {d_tok!r}")
+        sd_overhead = _non_negative(path, f"'overhead_by_method.{overhead_of or drafter}'",
+                                    by_method[overhead_of or drafter])
+    # optional (the paper's form has none); the loop above made sure doc["eagle"] is a mapping
+    d_tok = _non_negative(path, "coefficient 'eagle.d_tok'", doc["eagle"].get("d_tok", 0.0))
     return CostModel(
         name=str(doc.get("name", path.stem)) + (f"/{drafter}" if drafter and "drafters" in doc else ""),
         c_kv=values["target.c_kv"],
@@ -150,5 +150,5 @@ def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: 
         ngram_fraction=values["ngram.draft_fraction"],
         overhead=values["overhead_per_step"],
         sd_overhead=sd_overhead,
-        d_tok=float(d_tok),
+        d_tok=d_tok,
     )

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...config import apply_experiment_overrides, check_config, validate_schema
+from ...config import checked_config
 from ...core.costmodel import load_cost_model
 from ...core.errors import SpecReproError
 from ...core.io import read_json, sha256_file
@@ -36,10 +36,7 @@ def load_config(path: str | Path) -> dict:
         raise SpecReproError(f"{path}: config not found") from None
     if not isinstance(cfg, dict):
         raise SpecReproError(f"{path}: not a config (expected a mapping)")
-    apply_experiment_overrides(cfg)
-    validate_schema(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
-    check_config(cfg)
-    return cfg
+    return checked_config(cfg, REPO / "workflow" / "schemas" / "config.schema.yaml")
 
 
 def released_trace_files(cfg: Mapping[str, Any], given: Sequence[str | Path] = (), root: str | Path = ".") -> dict[str, Path]:
