@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from specrepro.core.costmodel import load_cost_model
 from specrepro.core.errors import SpecReproError
-from specrepro.core.policy import AdaptiveParams, ngram_first
+from specrepro.core.policy import AdaptiveParams, adaptive_choice, ngram_first, observe
 from specrepro.jobspec.drafts import DraftPlanner, make_plan, prompt_key, refusal
 from specrepro.jobspec.hooks import DRAFT_HOOKS, draft_table_for
 from specrepro.sim.simulator import _adaptive_steps
+from specrepro.sim.simulator.steps import ngram_matched
 
 REF = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21]
 PROMPT = [1, 2, 3]
@@ -71,10 +74,11 @@ def test_ngram_first_is_pr_24344s_rule():
     assert p.propose("r", "-", [1, 2, 3], own=[7] * 5, ngram=[]).draft == [7] * 5
 
 
-def _engine_choices(params, cost, ng, ea, P, B, decide_first=False):
+def _engine_choices(params, cost, ng, ea, P, B, matched, decide_first=False):
     """Drive the engine's planner over acceptance traces as the engine would: at ``gen`` tokens the n-gram
-    proposal and the drafter's draft are correct for ``acc[gen - 1] - 1`` tokens (the simulator's index), the
-    step produces ``min(acc of the chosen, k + 1)``; returns (request, gen, input_len, used drafter) rows.
+    proposal (empty where ``matched`` is false) and the drafter's draft are correct for ``acc[gen - 1] - 1``
+    tokens (the simulator's index), the step produces ``min(acc of the chosen, k + 1)``; returns (request, gen,
+    input_len, used drafter) rows.
     ``decide_first``: as the hybrid does in the engine, decide before the drafter runs, then take the draft."""
     rows = []
     for r, (a_ng, a_ea) in enumerate(zip(ng, ea)):
@@ -85,7 +89,7 @@ def _engine_choices(params, cost, ng, ea, P, B, decide_first=False):
         gen = 1
         while gen < L:
             i = gen - 1
-            prop_ng = ref[gen:gen + a_ng[i] - 1] + [0] * params.ngram_k_max
+            prop_ng = ref[gen:gen + a_ng[i] - 1] + [0] * params.ngram_k_max if matched[r][i] else []
             own = ref[gen:gen + a_ea[i] - 1] + [0] * params.eagle_k_max
             if decide_first:
                 use_ng, kk = planner.decide("r", ref[:gen], prop_ng[:params.ngram_k_max], batch_size=B,
@@ -108,16 +112,48 @@ def test_the_engine_and_the_simulator_make_the_same_choices(charge):
     ng = [rng.choice([1, 1, 1, 2, 6, 9], size=n) for n in (60, 45, 80)]
     ea = [rng.choice([1, 2, 3, 4], size=n) for n in (60, 45, 80)]
     P = np.array([30, 200, 90])
-    cost = load_cost_model("llama3.1-8b-h100")
+    h100 = load_cost_model("llama3.1-8b-h100")
+    # a dear drafter (each drafted token 30 % of a target step's fixed cost): there, where the lookup found
+    # nothing, the policy charged only for the drafter it uses verifies no draft at some steps
+    dear = dataclasses.replace(h100, d_spec=0.3 * h100.c_fixed)
     params = AdaptiveParams(eagle_k_max=5, ngram_k_max=5, drafter_charge=charge)
-    for B in (1, 32):
-        st = _adaptive_steps(params, ng, ea, P, B, cost)
-        eng = _engine_choices(params, cost, ng, ea, P, B, decide_first=charge == "first-pass")
-        assert len({e[3] for e in eng}) == 2  # the history moves the choice: both proposers are chosen
+    # the lookup proposes where its trace accepted a token, and at about a third of the other positions
+    matched = ngram_matched(ng, 0.35, 7)
+    no_draft = 0
+    for cost, B in [(h100, 1), (h100, 32), (dear, 1), (dear, 8)]:
+        st = _adaptive_steps(params, ng, ea, P, B, cost, matched)
+        eng = _engine_choices(params, cost, ng, ea, P, B, matched, decide_first=charge == "first-pass")
+        # the history moves the choice: both proposers are chosen
+        assert len({e[3] for e in eng}) == 2 or (cost is dear and charge == "chosen")
+        no_draft += sum(e[2] == 1 and not e[3] for e in eng)
         sim = list(zip(st.request.tolist(), st.gen.tolist(), st.input_len.tolist(), (st.eagle_w > 0).tolist()))
         if charge != "chosen":  # every step charges the drafter: the path (gen, k) shows the choices
             sim, eng = [s[:3] for s in sim], [e[:3] for e in eng]
         assert eng == sim
+    if charge == "chosen":  # n-gram steps that verified no draft (the lookup found nothing) were among them
+        assert no_draft > 0
+
+
+def test_the_ngram_option_is_what_the_lookup_proposes():
+    """n-gram's k is at most its proposal's length, 0 (no draft verified) where it found nothing; a step where it
+    found nothing leaves its counts as they were (its acceptance is learnt given a match)."""
+    cost = load_cost_model("llama3.1-8b-h100")
+    p = AdaptiveParams(eagle_k_max=5, ngram_k_max=5)
+    z = np.zeros(3)
+    # n-gram long accepted, the drafter long rejected: n-gram whatever it proposes, as far as it proposes
+    use, k = adaptive_choice(p, cost, 1, np.full(3, 500.0), np.full(3, 40.0), z, z, np.full(3, 40.0),
+                             np.array([5, 2, 0]))
+    assert use.tolist() == [True, True, True] and k.tolist() == [5, 2, 0]
+    # no proposal and a drafter that is accepted: the drafter
+    use, k = adaptive_choice(p, cost, 1, np.array([500.0]), np.array([40.0]), np.zeros(1), np.array([40.0]),
+                             np.zeros(1), np.array([0]))
+    assert not use[0] and k[0] >= 1
+    counts = (3.0, 1.0, 2.0, 2.0)
+    s_ng, f_ng, s_ea, f_ea = observe(p, False, 3, 2, 1, *counts, ng_proposed=False)
+    assert (float(s_ng), float(f_ng)) == (3.0, 1.0)  # untouched: no proposal, nothing seen, no ageing
+    assert (float(s_ea), float(f_ea)) == pytest.approx((2.0 * p.decay + 1, 2.0 * p.decay + 1))
+    s_ng, f_ng, _, _ = observe(p, False, 3, 2, 1, *counts, ng_proposed=True)
+    assert (float(s_ng), float(f_ng)) == pytest.approx((3.0 * p.decay, 1.0 * p.decay + 1))  # proposed, 0 right
 
 
 def test_a_choice_made_before_the_drafter_ran_is_the_one_taken():

@@ -137,7 +137,8 @@ def workloads():
 def all_specs(dataset, **modes):
     specs = [SimSpec(p, pol, ngram_match_prob=NGRAM_MATCH_PROB[dataset], **modes)
              for p in ("ngram", "eagle") for pol in PAPER_POLICIES]
-    return specs + [SimSpec("combined", "oracle", **modes), SimSpec("combined", "adaptive", **modes)]
+    return specs + [SimSpec("combined", "oracle", **modes),
+                    SimSpec("combined", "adaptive", ngram_match_prob=NGRAM_MATCH_PROB[dataset], **modes)]
 
 
 @pytest.mark.parametrize("dataset", DATASETS)
@@ -174,7 +175,8 @@ def test_fast_equals_reference_beyond_paper(workloads, modes):
     if "combine_cost" not in modes:
         specs += [SimSpec("ngram", "fixed-3", ngram_match_prob=0.4, num_requests=10, **modes),
                   SimSpec("eagle", "oracle", num_requests=10, **modes),
-                  SimSpec("combined", "adaptive", num_requests=10, **modes)]
+                  SimSpec("combined", "adaptive", num_requests=10, **modes),
+                  SimSpec("combined", "adaptive", ngram_match_prob=0.4, num_requests=10, **modes)]
     for spec in specs:
         fast = simulate(w, spec, [1, 4, 32], cost).summary["speedup"]
         ref = simulate_reference(w, spec, [1, 4, 32], cost).summary["speedup"]
@@ -320,11 +322,13 @@ def test_fast_equals_reference_with_the_engines_drafter_charge(workloads, charge
 
     cost = load_cost_model("llama3.1-8b-h100")
     w = workloads["instructcoder"]
-    spec = SimSpec("combined", "adaptive", num_requests=8, adaptive=AdaptiveParams(eagle_k_max=5, drafter_charge=charge))
+    spec = SimSpec("combined", "adaptive", num_requests=8, ngram_match_prob=0.8,
+                   adaptive=AdaptiveParams(eagle_k_max=5, drafter_charge=charge))
     fast = simulate(w, spec, [1, 4, 32], cost).summary["speedup"]
     ref = simulate_reference(w, spec, [1, 4, 32], cost).summary["speedup"]
     np.testing.assert_allclose(fast, ref, rtol=1e-12)
-    chosen = simulate(w, SimSpec("combined", "adaptive", num_requests=8, adaptive=AdaptiveParams(eagle_k_max=5)),
+    chosen = simulate(w, SimSpec("combined", "adaptive", num_requests=8, ngram_match_prob=0.8,
+                                 adaptive=AdaptiveParams(eagle_k_max=5)),
                       [1, 4, 32], cost).summary["speedup"]
     assert (fast.to_numpy() < chosen.to_numpy()).all()
 
@@ -340,7 +344,7 @@ def test_fast_equals_reference_with_per_token_drafting(workloads):
     w = workloads["instructcoder"]
     specs = [SimSpec("eagle", "fixed-3", num_requests=8), SimSpec("eagle", "oracle", num_requests=8),
              SimSpec("combined", "oracle", num_requests=8, combine_cost="both"),
-             SimSpec("combined", "adaptive", num_requests=8),
+             SimSpec("combined", "adaptive", num_requests=8, ngram_match_prob=0.8),
              SimSpec("eagle", "fixed-3", num_requests=8, batching="continuous")]
     for spec in specs:
         fast = simulate(w, spec, [1, 4, 32], cost).summary["speedup"]

@@ -431,7 +431,7 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
         pts = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {r.dataset} at B = {int(r.batch_size)} "
                         f"({100 * r.vs_best_measured:+.0f} % against {r.best_single})" for r in lose.itertuples(index=False))
         cs = [costs[k] for k in costs]
-        why = ""
+        why = beyond = ""
         if cs:
             full = np.array([c["full_draft_ms"] for c in cs])
             first = np.array([c["first_pass_ms"] for c in cs])
@@ -442,11 +442,19 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                    f"{100 * (first / tgt).max():.0f} %); its whole draft, which the hybrid runs where a request of the "
                    f"batch takes the drafter's draft, {full.min():.1f}-{full.max():.1f} ms "
                    f"({100 * (full / tgt).min():.0f}-{100 * (full / tgt).max():.0f} %).")
+            share = float((first / tgt).max())
+            big = lose[-lose["vs_best_measured"] > share]
+            if big.empty:
+                beyond = f" No loss is larger than the first pass's largest share of a target step ({100 * share:.0f} %)."
+            else:
+                took = (f", where the policy took the drafter's draft at a median {100 * (1 - big['share_ngram'].median()):.0f} % "
+                        "of steps and paid its whole draft there" if "share_ngram" in big and big["share_ngram"].notna().any()
+                        else "")
+                beyond = (f" The loss is larger than the first pass's largest share of a target step ({100 * share:.0f} %) "
+                          f"at {len(big)} of {len(lose)} point(s){took}.")
         loses_why = ("The hybrid pays the model drafter's first pass at every step, also where n-gram's draft is "
                      "verified, and its whole draft wherever it chooses the drafter's, so where n-gram or no "
-                     "speculation is the better choice it is slower by at least the first pass." + why
-                     + " Losses larger than the first pass's share come from steps where the policy chose the "
-                     "drafter's draft and paid its whole draft for fewer tokens than n-gram's would have given.")
+                     "speculation is the better choice it is slower by at least the first pass." + why + beyond)
         loses = f"Where it loses (below the better single method beyond its 95 % interval): {pts}. {loses_why}"
     return {"finding": finding, "loses": loses, "loses_why": loses_why, "by_hybrid": out}
 

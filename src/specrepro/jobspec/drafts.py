@@ -210,7 +210,7 @@ class DraftPlanner:
         new = list(output[st.g:])
         acc_ng = 1 + common_prefix(ng_prop, new)
         return [float(x) for x in observe(self.params, bool(used_ng), int(k_used), int(produced), int(acc_ng),
-                                          *st.counts)]
+                                          *st.counts, ng_proposed=len(ng_prop) > 0)]
 
     def _choose(self, st: _Req, output: Sequence[int], ngram: Sequence[int], batch_size: int,
                 context: int) -> tuple[bool, int, list[float]]:
@@ -218,7 +218,8 @@ class DraftPlanner:
         if self.policy == "adaptive":
             counts = self._observed(st, output)
             kv = np.array([float(batch_size * context)])
-            use_ng, kk = adaptive_choice(self.params, self.cost, batch_size, kv, *(np.array([c]) for c in counts))
+            use_ng, kk = adaptive_choice(self.params, self.cost, batch_size, kv, *(np.array([c]) for c in counts),
+                                         np.array([len(ngram)]))
             use_ng, kk = bool(use_ng[0]), int(kk[0])
         else:
             counts = list(st.counts)

@@ -35,7 +35,9 @@ def build_specs(dataset: str, proposers: Sequence[str], policies: Sequence[str],
     pairs = [(pr, po) for pr in proposers for po in policies]
     specs = []
     for pr, po in pairs:
-        needs_p = pr == "ngram" and (po == "batch-schedule" or po.startswith("fixed-"))
+        # n-gram with a fixed k, and the adaptive policy, whose n-gram option is what the lookup proposes
+        needs_p = (pr == "ngram" and (po == "batch-schedule" or po.startswith("fixed-"))) or (
+            pr == "combined" and po == "adaptive")
         extra = {}
         if po == "batch-schedule":
             if pr not in schedules:

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...core.costmodel import CostModel
 from .simulate import SimResult, _check_batch_sizes, _per_batch_size, _summary_row
+from .steps import ngram_matched
 from .workload import (
     SUMMARY_COLUMNS, AdaptiveParams, SimSpec, Workload, adaptive_choice, draw_requests, request_traces,
 )
@@ -31,17 +32,19 @@ def simulate_reference(workload: Workload, spec: SimSpec, batch_sizes: Sequence[
     acc, ng, ea = request_traces(workload, spec.proposer, idx)
     P = workload.prompt_len[idx].tolist()
     L = workload.lengths(spec.proposer)[idx].tolist()
+    # the adaptive policy's n-gram option: whether the lookup proposes at each position (the fast version's draws)
+    matched = ngram_matched(ng, spec.ngram_match_prob, spec.seed) if spec.policy == "adaptive" else [None] * idx.size
     rows = []
     for B in batch_sizes:
         if spec.batching == "continuous":
-            rows.append(_reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L))
+            rows.append(_reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L, matched))
             continue
         rng = random.Random()
         rng.setstate(rng0.getstate())  # every batch size restarts the stream after the draw
         sd_tpt, base_tpt = [], []
         for j in range(idx.size):
             base = _reference_baseline(cost, B, P[j], L[j])
-            sd = _reference_sd_batch(spec, cost, B, P[j], L[j], acc[j], ng[j], ea[j], rng)
+            sd = _reference_sd_batch(spec, cost, B, P[j], L[j], acc[j], ng[j], ea[j], rng, matched[j])
             tokens = B * L[j]
             sd_tpt.append(tokens / (sum(sd) / B))
             base_tpt.append(tokens / (sum(base) / B))
@@ -72,7 +75,7 @@ def _reference_baseline(cost: CostModel, B: int, P: int, L: int) -> list[float]:
     return latency
 
 
-def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
+def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng, matched=None) -> list[float]:
     kv = 0
     prefill = cost.target(kv, B * P)
     kv += B * P + B
@@ -86,7 +89,7 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
         for c in unfinished:
             pos = gen[c] - 1
             if spec.policy == "adaptive":
-                mode_ng[c], k = _reference_choice(spec.adaptive, cost, B, kv, counts[c])
+                mode_ng[c], k = _reference_choice(spec.adaptive, cost, B, kv, counts[c], bool(matched[pos]))
                 inputs[c] = k + 1
             elif spec.policy == "oracle":
                 inputs[c] = int(acc[pos])
@@ -121,7 +124,8 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
                     draft = ngram_cost + eagle_cost
             latency[c] += t + draft + cost.step_overhead
             if spec.policy == "adaptive":
-                counts[c] = _reference_observe(spec.adaptive, mode_ng[c], n_in - 1, got, int(ng[pos]), counts[c])
+                counts[c] = _reference_observe(spec.adaptive, mode_ng[c], n_in - 1, got, int(ng[pos]), counts[c],
+                                               bool(matched[pos]))
             gen[c] += got
             kv += got
             if gen[c] >= L:
@@ -132,25 +136,36 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng) -> list[float]:
     return latency
 
 
-def _reference_choice(ad: AdaptiveParams, cost: CostModel, B: int, kv: float, counts) -> tuple[bool, int]:
-    """The adaptive policy's choice for one copy (the policy itself is shared with the fast version)."""
+def _reference_choice(ad: AdaptiveParams, cost: CostModel, B: int, kv: float, counts,
+                      proposes: bool) -> tuple[bool, int]:
+    """The adaptive policy's choice for one copy (the policy itself is shared with the fast version);
+    ``proposes``: whether the n-gram lookup proposes (``ngram_k_max`` tokens) here."""
     one = lambda x: np.array([float(x)])  # noqa: E731
-    use_ng, k = adaptive_choice(ad, cost, B, one(kv), *(one(x) for x in counts))
+    ng_len = np.array([ad.ngram_k_max if proposes else 0])
+    use_ng, k = adaptive_choice(ad, cost, B, one(kv), *(one(x) for x in counts), ng_len)
     return bool(use_ng[0]), int(k[0])
 
 
-def _reference_observe(ad: AdaptiveParams, used_ng: bool, k: int, got: int, acc_ng: int, counts) -> list[float]:
-    """Decay the counts, then add what the step showed (see :class:`AdaptiveParams`)."""
-    s_ng, f_ng, s_ea, f_ea = (x * ad.decay for x in counts)
+def _reference_observe(ad: AdaptiveParams, used_ng: bool, k: int, got: int, acc_ng: int, counts,
+                       proposed: bool) -> list[float]:
+    """Decay the counts, then add what the step showed (see :class:`AdaptiveParams`); n-gram's counts only
+    where its lookup ``proposed``."""
+    s_ng, f_ng, s_ea, f_ea = counts
+    s_ea, f_ea = s_ea * ad.decay, f_ea * ad.decay
     drafts_ok = got - 1
+    if proposed:
+        s_ng, f_ng = s_ng * ad.decay, f_ng * ad.decay
+        if used_ng:
+            s_ng, f_ng = s_ng + drafts_ok, f_ng + float(drafts_ok < k)
+        else:
+            seen = acc_ng - 1  # the n-gram proposal against the `got` tokens now known
+            s_ng, f_ng = (s_ng + seen, f_ng + 1.0) if seen < got else (s_ng + got, f_ng + 0.0)
     if used_ng:
-        return [s_ng + drafts_ok, f_ng + float(drafts_ok < k), s_ea, f_ea]
-    matched = acc_ng - 1  # the n-gram proposal against the `got` tokens now known
-    s_ng, f_ng = (s_ng + matched, f_ng + 1.0) if matched < got else (s_ng + got, f_ng + 0.0)
+        return [s_ng, f_ng, s_ea, f_ea]
     return [s_ng, f_ng, s_ea + drafts_ok, f_ea + float(drafts_ok < k)]
 
 
-def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> dict:
+def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L, matched) -> dict:
     """Continuous batching, step by step: admit in order into free slots, run, retire; throughput
     counted up to the step that admits the last request (the whole run if all fit at once)."""
     R = idx.size
@@ -181,7 +196,8 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                     continue
                 if spec.policy == "adaptive":
                     # the policy prices a step as if the batch were B copies of this request
-                    use_ng, k = _reference_choice(spec.adaptive, cost, B, B * (P[i] + gen[i]), counts[i])
+                    use_ng, k = _reference_choice(spec.adaptive, cost, B, B * (P[i] + gen[i]), counts[i],
+                                                  bool(matched[i][pos]))
                     got = min(int(ng[i][pos] if use_ng else ea[i][pos]), k + 1)
                     plan[i] = (k + 1, got, True, not use_ng, use_ng)
                     continue
@@ -213,7 +229,7 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L) -> di
                 produced += min(got, L[i] - gen[i])
                 if sd and spec.policy == "adaptive":
                     counts[i] = _reference_observe(spec.adaptive, plan[i][4], n_in - 1, got, int(ng[i][gen[i] - 1]),
-                                                   counts[i])
+                                                   counts[i], bool(matched[i][gen[i] - 1]))
                 gen[i] += got
                 step_no[i] += 1
                 if gen[i] < L[i]:

@@ -136,10 +136,13 @@ def _exclusive_cumsum_by(group: np.ndarray, x: np.ndarray) -> np.ndarray:
     return total_before - base
 
 
-def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
-    """Run the adaptive policy for all requests at once (one array slot per request)."""
+def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost: CostModel,
+                    matched: Sequence[np.ndarray]) -> Steps:
+    """Run the adaptive policy for all requests at once (one array slot per request); ``matched``: whether the
+    n-gram lookup proposes (``ngram_k_max`` tokens) at each position (:func:`ngram_matched`)."""
     fng, off = _flat(ng)
     fea, _ = _flat(ea)
+    fm = np.concatenate(matched) if len(matched) else np.zeros(0, dtype=bool)
     R = len(ng)
     L = np.diff(off)
     gen = np.ones(R, dtype=np.int64)
@@ -150,13 +153,15 @@ def _adaptive_steps(params: AdaptiveParams, ng, ea, P: np.ndarray, B: int, cost:
         i = off[active] + gen[active] - 1
         a_ng, a_ea = fng[i], fea[i]
         kv = (B * (P[active] + gen[active])).astype(np.float64)
-        ngm, k = adaptive_choice(params, cost, B, kv, s_ng[active], f_ng[active], s_ea[active], f_ea[active])
+        m = fm[i]
+        ngm, k = adaptive_choice(params, cost, B, kv, s_ng[active], f_ng[active], s_ea[active], f_ea[active],
+                                 np.where(m, params.ngram_k_max, 0))
         inp = k + 1
         produced = np.minimum(np.where(ngm, a_ng, a_ea), inp)
         for key, val in zip(cols, (active, gen[active], inp, produced, ngm)):
             cols[key].append(val)
         s_ng[active], f_ng[active], s_ea[active], f_ea[active] = _observe(
-            params, ngm, k, produced, a_ng, s_ng[active], f_ng[active], s_ea[active], f_ea[active])
+            params, ngm, k, produced, a_ng, s_ng[active], f_ng[active], s_ea[active], f_ea[active], m)
         gen[active] += produced
         active = active[gen[active] < L[active]]
     if not cols["request"]:
@@ -214,7 +219,7 @@ def _ngram_first_steps(spec: SimSpec, ng, ea) -> Steps:
 def decode_steps(spec: SimSpec, acc, ng, ea, P: np.ndarray, B: int, cost: CostModel) -> Steps:
     """The decode steps of every request; only the adaptive policy's depend on ``B`` and the cost."""
     if spec.policy == "adaptive":
-        return _adaptive_steps(spec.adaptive, ng, ea, P, B, cost)
+        return _adaptive_steps(spec.adaptive, ng, ea, P, B, cost, ngram_matched(ng, spec.ngram_match_prob, spec.seed))
     if spec.policy == "ngram-first":
         return _ngram_first_steps(spec, ng, ea)
     return _fixed_or_oracle_steps(spec, acc, ng, ea)
