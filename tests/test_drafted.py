@@ -182,14 +182,15 @@ def test_hybrid_finding_states_where_it_loses():
         "draft, 9.0-9.0 ms (45-45 %)" in f["loses"]
     # the why apart from the where (the hybrid table reads the where on point values under 8 requests)
     assert f["loses_why"].startswith("The hybrid pays") and f["loses"].endswith(" " + f["loses_why"])
-    # -17 % is beyond the first pass's 15 %: said, with the share of steps that took the drafter's draft
-    assert f["loses_why"].endswith("The loss is larger than the first pass's largest share of a target step (15 %) "
-                                   "at 1 of 1 point(s).")
+    # -17 % is beyond the first pass's 15 %: said, by name, with the share of steps that took the drafter's draft
+    assert f["loses_why"].endswith("On the point values it is further below the better single method than the first "
+                                   "pass's largest share of a target step (15.0 %) at: adaptive on chat at B = 4 (-16.7 %).")
     g = hybrid_finding(hyb.assign(share_ngram=[0.5, 0.25]), costs, {})
-    assert g["loses_why"].endswith("at 1 of 1 point(s), where the policy took the drafter's draft at a median 75 % of "
-                                   "steps and paid its whole draft there.")
+    assert g["loses_why"].endswith("(-16.7 %); there the hybrid took the drafter's draft at a median 75 % of steps and "
+                                   "paid for that draft each time.")
     h = hybrid_finding(hyb, {"chat@4": {"first_pass_ms": 4.0, "full_draft_ms": 9.0, "target_step_ms": 20.0}}, {})
-    assert h["loses_why"].endswith("No loss is larger than the first pass's largest share of a target step (20 %).")
+    assert h["loses_why"].endswith("On the point values no hybrid is further below the better single method than the "
+                                   "first pass's largest share of a target step (20.0 %).")
     nogap = hybrid_finding(hyb.assign(gap_closed_measured=np.nan, gap_closed_simulated=np.nan), costs, {})
     assert "no measured gap for it to close" in nogap["finding"]
 

@@ -442,16 +442,20 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                    f"{100 * (first / tgt).max():.0f} %); its whole draft, which the hybrid runs where a request of the "
                    f"batch takes the drafter's draft, {full.min():.1f}-{full.max():.1f} ms "
                    f"({100 * (full / tgt).min():.0f}-{100 * (full / tgt).max():.0f} %).")
+            # on the point values, whichever points the text before this names (the summary's or the table's)
             share = float((first / tgt).max())
-            big = lose[-lose["vs_best_measured"] > share]
+            big = hyb[-hyb["vs_best_measured"] > share]
             if big.empty:
-                beyond = f" No loss is larger than the first pass's largest share of a target step ({100 * share:.0f} %)."
+                beyond = (f" On the point values no hybrid is further below the better single method than the first "
+                          f"pass's largest share of a target step ({100 * share:.1f} %).")
             else:
-                took = (f", where the policy took the drafter's draft at a median {100 * (1 - big['share_ngram'].median()):.0f} % "
-                        "of steps and paid its whole draft there" if "share_ngram" in big and big["share_ngram"].notna().any()
-                        else "")
-                beyond = (f" The loss is larger than the first pass's largest share of a target step ({100 * share:.0f} %) "
-                          f"at {len(big)} of {len(lose)} point(s){took}.")
+                names = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {r.dataset} at B = {int(r.batch_size)} "
+                                  f"({100 * r.vs_best_measured:+.1f} %)" for r in big.itertuples(index=False))
+                took = (f"; there the hybrid took the drafter's draft at a median "
+                        f"{100 * (1 - big['share_ngram'].median()):.0f} % of steps and paid for that draft each time"
+                        if "share_ngram" in big and big["share_ngram"].notna().any() else "")
+                beyond = (f" On the point values it is further below the better single method than the first pass's "
+                          f"largest share of a target step ({100 * share:.1f} %) at: {names}{took}.")
         loses_why = ("The hybrid pays the model drafter's first pass at every step, also where n-gram's draft is "
                      "verified, and its whole draft wherever it chooses the drafter's, so where n-gram or no "
                      "speculation is the better choice it is slower by at least the first pass." + why + beyond)
