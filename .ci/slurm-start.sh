@@ -54,7 +54,8 @@ chown -R root:root /etc/munge /run/munge; chmod 700 /etc/munge; chmod 400 /etc/m
 stop
 munged --force --pid-file="$state/munged.pid" 2>/dev/null || munged --force
 [ -f "$state/munged.pid" ] || pgrep -n munged > "$state/munged.pid"
-slurmctld
+# -c: start without the saved state, so jobs left by an earlier cluster's killed run cannot hold the node busy
+slurmctld -c
 slurmd
 for _ in $(seq 1 30); do
   if sinfo -h -o '%T' 2>/dev/null | grep -qE '^idle'; then
@@ -64,5 +65,5 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 echo "slurm did not come up; see /var/log/slurm/*.log" >&2
-tail -5 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
+tail -n 5 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true
 exit 1
