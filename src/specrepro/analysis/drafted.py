@@ -386,6 +386,12 @@ def repeat_check(table: pd.DataFrame) -> dict:
                       "controlled": float(r.measured), "fixed": float(r.measured_fixed)} for r in m.itertuples()]}
 
 
+def _points(rows: pd.DataFrame, note) -> str:
+    """"<policy> on <dataset> at B = <b> (<note(row)>)" for each hybrid row, joined by "; "."""
+    return "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {r.dataset} at B = {int(r.batch_size)} ({note(r)})"
+                     for r in rows.itertuples(index=False))
+
+
 def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: Mapping) -> dict:
     """The report's sentences on the hybrid: the finding, and where it loses and why (the model drafter's cost per
     step from the cost model: ``costs`` = {dataset@B: :func:`drafter_pass_ms`}). The share of the gap closed is
@@ -428,8 +434,7 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
     if lose.empty:
         loses = "It is not below the better single method beyond its 95 % interval at any measured point."
     else:
-        pts = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {r.dataset} at B = {int(r.batch_size)} "
-                        f"({100 * r.vs_best_measured:+.0f} % against {r.best_single})" for r in lose.itertuples(index=False))
+        pts = _points(lose, lambda r: f"{100 * r.vs_best_measured:+.0f} % against {r.best_single}")
         cs = [costs[k] for k in costs]
         why = beyond = ""
         if cs:
@@ -449,8 +454,7 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                 beyond = (f" On the point values no hybrid is further below the better single method than the first "
                           f"pass's largest share of a target step ({100 * share:.1f} %).")
             else:
-                names = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {r.dataset} at B = {int(r.batch_size)} "
-                                  f"({100 * r.vs_best_measured:+.1f} %)" for r in big.itertuples(index=False))
+                names = _points(big, lambda r: f"{100 * r.vs_best_measured:+.1f} %")
                 took = (f"; there the hybrid took the drafter's draft at a median "
                         f"{100 * (1 - big['share_ngram'].median()):.0f} % of steps and paid for that draft each time"
                         if "share_ngram" in big and big["share_ngram"].notna().any() else "")

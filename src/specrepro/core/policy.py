@@ -70,8 +70,7 @@ def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndar
     n-gram lookup proposes this step per request (0: no match; None: ``ngram_k_max`` each); n-gram's ``k`` is at
     most that, and 0 (no draft verified) is among its choices."""
     w = params.prior_weight
-    n = np.shape(kv)[0]
-    cap = np.full(n, params.ngram_k_max) if ng_len is None else np.minimum(np.asarray(ng_len), params.ngram_k_max)
+    cap = params.ngram_k_max if ng_len is None else np.minimum(np.asarray(ng_len), params.ngram_k_max)
 
     def best(s, f, prior, k_lo, k_max, eagle, k_cap=None):
         alpha = np.clip((s + w * prior) / (s + f + w), 0.0, 0.999)[:, None]
@@ -83,7 +82,7 @@ def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndar
         tau = tau + np.where(n_in > 0, cost.eagle_draft(kv[:, None], n_in, B * n_in), 0.0)
         rate = tokens / tau
         if k_cap is not None:
-            rate = np.where(k <= k_cap[:, None], rate, -np.inf)
+            rate = np.where(k <= np.reshape(k_cap, (-1, 1)), rate, -np.inf)
         j = np.argmax(rate, axis=1)
         return rate[np.arange(rate.shape[0]), j], j + k_lo
 

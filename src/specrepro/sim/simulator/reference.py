@@ -75,7 +75,7 @@ def _reference_baseline(cost: CostModel, B: int, P: int, L: int) -> list[float]:
     return latency
 
 
-def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng, matched=None) -> list[float]:
+def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng, matched) -> list[float]:
     kv = 0
     prefill = cost.target(kv, B * P)
     kv += B * P + B
