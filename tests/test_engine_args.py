@@ -19,9 +19,9 @@ import yaml
 from _infra import REPO, env_with
 from conftest import ENGINE_ENV, needs_vllm
 from specrepro.config import validate_schema
-from specrepro.jobspec.jobs import bench_spec, engine_args, engine_jobs, trace_spec
+from specrepro.jobspec.jobs import bench_spec, draft_bench_spec, engine_args, engine_jobs, trace_spec
 
-DAG_RULES = ("engine_bench", "engine_profile", "engine_trace", "engine_sglang_bench")
+DAG_RULES = ("engine_bench", "engine_profile", "engine_trace", "engine_sglang_bench", "engine_draft_bench")
 
 
 def validated(path):
@@ -39,9 +39,13 @@ def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path, dag_jobs)
     dag = {j["output"][0]: j for j in jobs if j["rule"] in DAG_RULES}
     recs = {r["job"]: r for r in engine_args(validated(REPO / "config" / "paper.yaml"), tmp_path)}
     # Fig. 1-4: 21 bench, 12 profile, 13 trace jobs (one per experiment and method); Fig. 2: 8 bench jobs on
-    # vLLM's tree path, 8 on SGLang; llama3.1-8b-today: 6 bench, 4 profile, no traces
-    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 13 + 8 + 8 + 6 + 4
+    # vLLM's tree path, 8 on SGLang; llama3.1-8b-today: 6 bench, 4 profile, no traces; draft jobs (the oracle and
+    # the hybrid): 6 of llama3.1-8b, 3 of llama3-70b, 3 of qwen3-8b
+    assert set(recs) == set(dag) and len(recs) == 21 + 12 + 13 + 8 + 8 + 6 + 4 + 12
     assert sum(r["rule"] == "engine_sglang_bench" for r in recs.values()) == 8
+    drafts = [r for r in recs.values() if r["rule"] == "engine_draft_bench"]
+    assert len(drafts) == 12 and {r["draft"]["mode"] for r in drafts} == {"oracle", "hybrid"}
+    assert all(r["llm_kwargs"]["async_scheduling"] is False for r in drafts)
     for out, r in recs.items():
         j = dag[out]
         assert (j["rule"], j["log"]) == (r["rule"], [r["log"]])
@@ -54,6 +58,9 @@ def test_engine_args_lists_every_engine_job_of_the_paper_dag(tmp_path, dag_jobs)
         if r["rule"] == "engine_trace":
             assert spec == trace_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["method"])
             assert r["llm_kwargs"]["speculative_config"]["num_speculative_tokens"] == 20
+        elif r["rule"] == "engine_draft_bench":
+            assert spec == draft_bench_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["config"])
+            assert r["llm_kwargs"]["speculative_config"]["num_speculative_tokens"] == spec["k"]
         else:
             assert spec == bench_spec(validated(REPO / "config" / "paper.yaml"), r["experiment"], r["config"],
                                       profile=r["rule"] == "engine_profile")
@@ -70,7 +77,7 @@ def test_engine_args_verb_one_line_per_job(tmp_path):
                            str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(x) for x in proc.stdout.splitlines()]
-    assert len(lines) == 72
+    assert len(lines) == 72 + 12  # the draft jobs too
     want = {"job", "experiment", "config", "image", "engine", "engine_version", "vllm_version", "llm_kwargs",
             "sampling_params", "rule", "gpus"}
     assert all(want <= set(r) for r in lines)

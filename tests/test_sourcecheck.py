@@ -40,9 +40,12 @@ def test_every_paper_job_passes_the_source_check_of_its_engine(records):
     vllm_jobs = [r for r in records if r["runner"] == "vllm"]
     sglang_jobs = [r for r in records if r["runner"] == "sglang"]
     # 35 bench (8 of them Fig. 2's vLLM trees, 6 llama3.1-8b-today's) + 16 profile jobs (4 today's) + 13 trace
-    # jobs (k = 20) pass keywords to vLLM, 8 bench jobs to SGLang (Fig. 2); each is checked on its own engine's source
-    assert len(vllm_jobs) == 64 and len(sglang_jobs) == 8 and sum(checked.values()) == 72
+    # jobs (k = 20) + 12 draft jobs (the oracle, the hybrid) pass keywords to vLLM, 8 bench jobs to SGLang (Fig. 2);
+    # each is checked on its own engine's source
+    assert len(vllm_jobs) == 76 and len(sglang_jobs) == 8 and sum(checked.values()) == 84
     assert sum(r["rule"] == "engine_trace" for r in vllm_jobs) == 13
+    drafts = [r for r in vllm_jobs if r["rule"] == "engine_draft_bench"]
+    assert len(drafts) == 12 and {r["vllm_version"] for r in drafts} == {"0.10.1.1", "0.11.1"}
     assert checked == {**{f"vLLM {v}": sum(r["vllm_version"] == v for r in vllm_jobs) for v in VERSIONS},
                        "SGLang 0.5.9": 8}
     trees = [r for r in vllm_jobs if "speculative_token_tree" in (r["llm_kwargs"].get("speculative_config") or {})]
@@ -145,6 +148,8 @@ def test_the_old_single_image_fails_the_check(paper, tmp_path):
                    "results/engine/qwen3-8b-thinking/traces/eagle3.jsonl",
                    "results/engine/qwen3-8b/bench/draft_model-k3.parquet",
                    "results/engine/qwen3-8b/bench/eagle3-k3.parquet",
+                   "results/engine/qwen3-8b/drafts/oracle-combine-k20.parquet",
+                   "results/engine/qwen3-8b/drafts/oracle-eagle3-k20.parquet",
                    "results/engine/qwen3-8b/profile/draft_model-k3.timings.parquet",
                    "results/engine/qwen3-8b/profile/eagle3-k3.timings.parquet",
                    "results/engine/qwen3-8b/traces/draft_model.jsonl",
@@ -248,7 +253,7 @@ def test_source_check_verb(paper, tmp_path):
                            "--workdir", str(tmp_path)], capture_output=True, text=True, env=env_with(), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "source-check: ok (72 jobs; checked: 8 on SGLang 0.5.9, 25 on vLLM 0.10.1.1, 23 on vLLM 0.11.1, "
+        "source-check: ok (84 jobs; checked: 8 on SGLang 0.5.9, 34 on vLLM 0.10.1.1, 26 on vLLM 0.11.1, "
         "16 on vLLM 0.34.0)")
 
 
@@ -363,7 +368,7 @@ def test_trace_and_profile_jobs_set_the_scheduling_they_assume(records):
     for r in records:
         if r["runner"] == "vllm":
             assert r["llm_kwargs"].get("async_scheduling") == (
-                False if r["rule"] in ("engine_trace", "engine_profile") else None), r["job"]
+                False if r["rule"] in ("engine_trace", "engine_profile", "engine_draft_bench") else None), r["job"]
     trace = _one(records, "results/engine/llama3-70b/traces/draft_model.jsonl")
     assert trace["vllm_version"] == "0.34.0" and check_job(trace, pinned_vllm_facts("0.34.0")) == []
     del trace["llm_kwargs"]["async_scheduling"]
@@ -404,6 +409,10 @@ def test_an_eagle_head_past_its_positions_is_caught(paper, records, tmp_path):
     before, _ = check_records(engine_args(_todays(paper), tmp_path))
     pos = sorted(p.split(":", 1)[0] for p in before if "max_position_embeddings 2048" in p)
     assert pos == ["results/engine/llama3.1-8b/bench/eagle3-k3.parquet",
+                   "results/engine/llama3.1-8b/drafts/hybrid-adaptive-eagle3-k20.parquet",
+                   "results/engine/llama3.1-8b/drafts/hybrid-ngram-first-eagle3-k5.parquet",
+                   "results/engine/llama3.1-8b/drafts/oracle-combine-k20.parquet",
+                   "results/engine/llama3.1-8b/drafts/oracle-eagle3-k20.parquet",
                    "results/engine/llama3.1-8b/profile/eagle3-k3.timings.parquet",
                    "results/engine/llama3.1-8b/traces/eagle3.jsonl"]
     for r in records:  # issue 21 item 3: uncapped, the head served with raised positions (accepted)
@@ -423,3 +432,58 @@ def test_profiled_passes_share_max_num_batched_tokens(records):
     assert {r["llm_kwargs"]["max_num_batched_tokens"] for r in prof} == {131072}
     assert all("max_num_batched_tokens" not in r["llm_kwargs"] for r in records
                if r["runner"] == "vllm" and r["rule"] != "engine_profile")
+
+
+# --- draft jobs: the oracle, controlled profiles, the hybrid (issues 22 and 23) -------------------------
+
+
+def test_draft_jobs_are_checked_with_their_hook_table(records):
+    """A draft job runs only on a vLLM where the plugin substitutes drafts, with synchronous scheduling: the paper's
+    (0.10.1.1, 0.11.1) pass and their draft hook tables fit their sdists; moved to 0.34.0 (the table is source-checked
+    only there, and the engine schedules asynchronously by default) the same job is refused with both reasons."""
+    rec = _one(records, "results/engine/llama3.1-8b/drafts/hybrid-adaptive-eagle3-k20.parquet")
+    assert rec["draft"] == {"mode": "hybrid", "of": None, "policy": "adaptive", "drafter": "eagle3"}
+    assert (rec["vllm_version"], rec["llm_kwargs"]["async_scheduling"]) == ("0.10.1.1", False)
+    assert rec["llm_kwargs"]["speculative_config"]["num_speculative_tokens"] == 20
+    assert check_records([rec]) == ([], {"vLLM 0.10.1.1": 1})
+    assert [pinned_vllm_facts(v).draft_hook_problems for v in VERSIONS] == [[], [], []]
+    moved = copy.deepcopy(rec)
+    moved.update(vllm_version="0.34.0", engine_version="0.34.0", image="latest")
+    del moved["llm_kwargs"]["async_scheduling"]
+    problems, _ = check_records([moved])
+    job = rec["job"]
+    assert [p for p in problems if "draft" in p.split(": ", 1)[1]] == [
+        f"{job}: a draft job (the plugin replaces each step's drafts per request) assumes one batch in flight, but this "
+        "vLLM schedules asynchronously by default (EngineArgs.async_scheduling, resolved in VllmConfig): pass "
+        "async_scheduling=False (vLLM 0.34.0)",
+        f"{job}: hybrid: the plugin's draft hook for this vLLM is source-checked only and does not substitute drafts "
+        "(specrepro.jobspec.hooks.DRAFT_TABLES; it does on 0.10.x, 0.11.x, 0.32.x): run the experiment "
+        "on such an image (vLLM 0.34.0)"]
+
+
+def test_a_draft_hook_that_no_longer_fits_refuses_the_draft_jobs(records, tmp_path):
+    """The draft hook table is read against the engine's source: with 0.11.1's take_draft_token_ids renamed, every
+    draft job on 0.11.1 gets one line naming the hook; a bench job is not affected."""
+    import dataclasses
+    import shutil
+
+    from specrepro.engine.check.hookcheck import check_draft_table, module_file
+    from specrepro.engine.check.sourcecheck import draft_problems
+    from specrepro.engine.check.sources import source_tree
+    from specrepro.jobspec.hooks import draft_table_for
+
+    root, table = source_tree("vllm", "0.11.1"), draft_table_for("0.11.1")
+    for mod in {h.module for h in table.hooks} | {r.module for r in table.reads}:
+        src = module_file(root, mod)
+        (tmp_path / src.relative_to(root)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, tmp_path / src.relative_to(root))
+    assert check_draft_table(tmp_path, "0.11.1") == []
+    runner = tmp_path / "vllm" / "v1" / "worker" / "gpu_model_runner.py"
+    runner.write_text(runner.read_text().replace("def take_draft_token_ids(", "def take_drafts("))
+    broken = dataclasses.replace(pinned_vllm_facts("0.11.1"), draft_hook_problems=check_draft_table(tmp_path, "0.11.1"))
+    rec = _one(records, "results/engine/qwen3-8b/drafts/oracle-eagle3-k20.parquet")
+    assert rec["vllm_version"] == "0.11.1" and draft_problems(rec, pinned_vllm_facts("0.11.1")) == []
+    assert draft_problems(rec, broken) == [
+        "oracle: draft hook: vLLM 0.11.1: vllm.v1.worker.gpu_model_runner.GPUModelRunner.take_draft_token_ids (hook "
+        "family vllm-0.10/0.11 draft, draft_ids): GPUModelRunner has no method take_draft_token_ids"]
+    assert draft_problems(_one(records, "results/engine/qwen3-8b/bench/eagle3-k3.parquet"), broken) == []

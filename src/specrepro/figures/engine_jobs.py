@@ -17,7 +17,7 @@ from . import FigureSpec, TraceContext
 from ..jobspec.images import (
     ASYNC_SCHEDULING_DEFAULT, EXTENDS_DRAFT_POSITIONS, engine_table, engine_text, image_engine, job_image, trace_image,
 )
-from ..jobspec.jobs import engine_jobs
+from ..jobspec.jobs import DRAFT_RULE, engine_jobs
 from ..engine.results.metrics import config_label_text
 from ..core.io import SpecReproError, read_json, write_csv, write_text
 from ..core.latex import grouped_rows, tex_breakable, tex_escape
@@ -103,6 +103,8 @@ def jobs_table(run_config: dict, records: dict) -> pd.DataFrame:
     exps = {e["name"]: e for e in run_config.get("experiments", [])}
     rows = []
     for job in engine_jobs(run_config):
+        if job.rule == DRAFT_RULE:  # the draft jobs' own tables (measured upper bound, hybrid) list them
+            continue
         if job.rule == "engine_trace":
             rec = records.get(("trace", job.exp, job.method))
             rows.append({"exp": job.exp, "config": job.config, "method": job.method, "k": job.k, "job": "trace",

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .hooks import DRAFT_HOOKS
-from .jobs import SYNC_SCHEDULING, bench_spec
 
 
 def refusal(mode: str, engine: Mapping[str, Any], vllm_version: str | None) -> str | None:
@@ -19,7 +18,6 @@ def refusal(mode: str, engine: Mapping[str, Any], vllm_version: str | None) -> s
         return (f"{mode}: vLLM {vllm_version} has no draft-substitution hook in specrepro's hook tables "
                 f"(supported: {', '.join(p + 'x' for p in DRAFT_HOOKS)})")
     return None
-
 
 
 DRAFT_OUTPUT = "results/engine/{exp}/drafts/{config}.parquet"
@@ -66,17 +64,3 @@ def draft_jobs(exp: Mapping[str, Any]) -> dict[str, dict]:
                    "method": engine_method(e), "traces": trace_inputs(e)}
             out[draft_label(e, int(k))] = job
     return out
-
-
-
-def draft_bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str) -> dict:
-    """The spec of ``specrepro draft-bench`` for one draft job: the bench spec of its engine (the method whose
-    drafter runs, k, the job's datasets and batch sizes, synchronous scheduling) and the job under ``draft``."""
-    exp = next(e for e in cfg.get("experiments") or [] if e["name"] == exp_name)
-    job = draft_jobs(exp)[label]
-    spec = bench_spec(cfg, exp_name, label, job={"method": job["method"], "k": job["k"], "datasets": job["datasets"],
-                                                 "tree": None, "container": None})
-    spec["batch_sizes"] = list(job["batch_sizes"])
-    spec["engine"] = {**spec["engine"], **SYNC_SCHEDULING}
-    spec["draft"] = {**job, "label": label}
-    return spec

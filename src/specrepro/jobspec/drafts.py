@@ -42,8 +42,9 @@ from ..core.costmodel import CostModel
 from ..core.errors import SpecReproError
 from ..core.policy import AdaptiveParams, adaptive_choice, ngram_first, observe
 from .draftjobs import (  # noqa: F401 - re-exported: the jobs' names
-    DRAFT_OUTPUT, draft_bench_spec, draft_jobs, draft_label, engine_method, refusal, trace_inputs,
+    DRAFT_OUTPUT, draft_jobs, draft_label, engine_method, refusal, trace_inputs,
 )
+from .jobs import draft_bench_spec  # noqa: F401 - re-exported
 
 PLAN_ENV = "SPECREPRO_DRAFT"
 DRAFT_FILE = "drafts.jsonl"

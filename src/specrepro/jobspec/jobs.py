@@ -40,12 +40,14 @@ from .images import (
     SPEC_CUDAGRAPH_SHAPES, cudagraph_shape_problem, image_engine, image_vllm_version, job_image, job_paper_engine,
     trace_image, vllm_env,
 )
+from .draftjobs import DRAFT_OUTPUT, draft_jobs
 from .trees import VLLM_TREE_ENV, experiment_engine, tree_study, vllm_tree_supported
 from ..core.provenance import package_versions
 
 BENCH_OUTPUT = "results/engine/{exp}/bench/{config}.parquet"
 PROFILE_OUTPUT = "results/engine/{exp}/profile/{config}.timings.parquet"
 TRACE_OUTPUT = "results/engine/{exp}/traces/{method}.jsonl"
+DRAFT_RULE = "engine_draft_bench"
 
 
 def _experiments(cfg: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -130,6 +132,19 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
     }
     if job.get("k_by_batch_size"):
         spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
+    return spec
+
+
+def draft_bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str) -> dict:
+    """The spec of ``specrepro draft-bench`` for one draft job: the bench spec of its engine (the method whose
+    drafter runs, k, the job's datasets and batch sizes, synchronous scheduling) and the job under ``draft``."""
+    exp = _experiments(cfg)[exp_name]
+    job = draft_jobs(exp)[label]
+    spec = bench_spec(cfg, exp_name, label, job={"method": job["method"], "k": job["k"], "datasets": job["datasets"],
+                                                 "tree": None, "container": None})
+    spec["batch_sizes"] = list(job["batch_sizes"])
+    spec["engine"] = {**spec["engine"], **SYNC_SCHEDULING}
+    spec["draft"] = {**job, "label": label}
     return spec
 
 
@@ -256,7 +271,8 @@ class EngineJob:
 
 
 def engine_jobs(cfg: Mapping[str, Any]) -> list[EngineJob]:
-    """Every engine job of ``cfg`` in DAG order: benches, profiled passes, traces."""
+    """Every engine job of ``cfg`` in DAG order: benches, profiled passes, traces, draft jobs (vLLM experiments'
+    ``drafts``: the oracle, controlled profiles, the hybrid)."""
     exps = _experiments(cfg)
     out = []
     for x, e in exps.items():
@@ -273,7 +289,22 @@ def engine_jobs(cfg: Mapping[str, Any]) -> list[EngineJob]:
         for m in trace_methods(cfg, x):
             out.append(EngineJob("engine_trace", x, m, m, TRACE_K, TRACE_OUTPUT.format(exp=x, method=m),
                                  f"logs/engine_trace/{x}/{m}.log"))
+    for x, e in exps.items():
+        if experiment_engine(e) != "vllm":
+            continue
+        for label, j in draft_jobs(e).items():
+            out.append(EngineJob(DRAFT_RULE, x, label, j["method"], j["k"], DRAFT_OUTPUT.format(exp=x, config=label),
+                                 f"logs/{DRAFT_RULE}/{x}/{label}.log"))
     return out
+
+
+def job_spec(cfg: Mapping[str, Any], job: EngineJob) -> dict:
+    """The spec a vLLM engine job runs with (trace, bench, profile, draft; a draft job's without its ``draft``)."""
+    if job.rule == "engine_trace":
+        return trace_spec(cfg, job.exp, job.method)
+    if job.rule == DRAFT_RULE:
+        return {k: v for k, v in draft_bench_spec(cfg, job.exp, job.config).items() if k != "draft"}
+    return bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile")
 
 
 def cudagraph_problems(cfg: Mapping[str, Any]) -> list[str]:
@@ -285,8 +316,7 @@ def cudagraph_problems(cfg: Mapping[str, Any]) -> list[str]:
     for job in engine_jobs(cfg):
         if job.rule == "engine_sglang_bench":
             continue
-        spec = (trace_spec(cfg, job.exp, job.method) if job.rule == "engine_trace"
-                else bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
+        spec = job_spec(cfg, job)
         image = spec.get("image")
         if not image or not SPEC_CUDAGRAPH_SHAPES.get(image_engine(image)[1], False) or spec["method"] == "none":
             continue
@@ -330,8 +360,9 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
     """One line of ``engine-args``: the job, its image and engine, and every keyword it passes to vLLM (SGLang)."""
     exp = _experiments(cfg)[job.exp]
     model = cfg["models"][exp["model"]]
-    bs = None if job.rule == "engine_trace" else bool(experiment_configs(exp)[job.config].get("k_by_batch_size"))
     trace = job.rule == "engine_trace"
+    bs = (None if trace else False if job.rule == DRAFT_RULE
+          else bool(experiment_configs(exp)[job.config].get("k_by_batch_size")))
     image = trace_image(cfg, exp, job.method) if trace else job_image(cfg, exp, job.method, job.k, job.tree, bs)
     engine, version = image_engine(image) if image else ("vllm", cpu_vllm)
     rec: dict[str, Any] = {
@@ -344,10 +375,10 @@ def job_record(cfg: Mapping[str, Any], job: EngineJob, workdir: str | os.PathLik
     }
     if job.rule == "engine_sglang_bench":
         return {**rec, **_sglang_record(cfg, job, workdir)}
-    if job.rule == "engine_trace":
-        spec = BenchSpec.from_json(trace_spec(cfg, job.exp, job.method))
-    else:
-        spec = BenchSpec.from_json(bench_spec(cfg, job.exp, job.config, profile=job.rule == "engine_profile"))
+    spec = BenchSpec.from_json(job_spec(cfg, job))
+    if job.rule == DRAFT_RULE:
+        d = draft_jobs(exp)[job.config]
+        rec["draft"] = {"mode": d["mode"], "of": d["of"], "policy": d["policy"], "drafter": d["drafter"]}
     # what the job sets (apply_engine_env): engine.env (trace_env on top) less what its vLLM does not read
     rec["env"] = {**(spec.engine.get("env") or {}), **(VLLM_TREE_ENV if job.tree else {})}
     drafter = drafter_of(cfg, exp, job.method)

@@ -1,6 +1,7 @@
 # Helpers of workflow/rules/drafts.smk: the draft jobs of the config (experiments[].drafts; specrepro.jobspec.drafts).
 
 from specrepro.jobspec import draftjobs as _drafts
+from specrepro.jobspec.jobs import draft_bench_spec as _draft_bench_spec
 
 DRAFT_JOBS = {(x, c): j for x in EXPERIMENTS for c, j in _drafts.draft_jobs(EXPERIMENTS[x]).items()}
 DRAFT_LABELS = sorted({c for _, c in DRAFT_JOBS})
@@ -8,7 +9,7 @@ DRAFT_LABELS = sorted({c for _, c in DRAFT_JOBS})
 
 def draft_spec(wc):
     """The JSON spec of `specrepro draft-bench` for one draft job."""
-    return json.dumps(_drafts.draft_bench_spec(config, wc.exp, wc.config), sort_keys=True)
+    return json.dumps(_draft_bench_spec(config, wc.exp, wc.config), sort_keys=True)
 
 
 def draft_inputs(wc):

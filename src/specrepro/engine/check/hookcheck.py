@@ -156,12 +156,23 @@ def check_tree(root: str | Path, version: str, family: Family | None = None) -> 
         out += check_hook(root, version, h, fam.name)
     for r in fam.reads:
         out += check_read(root, version, r, fam.name)
-    if family is None and (dt := draft_table_for(version)) is not None:  # the draft-substitution hook
-        name = f"{fam.name} draft"
-        for h in dt.hooks:
-            out += check_hook(root, version, h, name)
-        for r in dt.reads:
-            out += check_read(root, version, r, name)
+    if family is None:
+        out += check_draft_table(root, version, fam.name) or []
+    return out
+
+
+def check_draft_table(root: str | Path, version: str, family: str = "") -> list[str] | None:
+    """Every problem of the draft-substitution hook table of ``version`` (:data:`specrepro.jobspec.hooks.DRAFT_TABLES`)
+    against the source under ``root``; None where the version has no table."""
+    dt = draft_table_for(version)
+    if dt is None:
+        return None
+    root, name = Path(root), f"{family or family_for(version).name} draft"
+    out: list[str] = []
+    for h in dt.hooks:
+        out += check_hook(root, version, h, name)
+    for r in dt.reads:
+        out += check_read(root, version, r, name)
     return out
 
 
@@ -212,7 +223,7 @@ def add_cli(sub) -> None:
     p.set_defaults(func=run)
 
 
-__all__ = ["FAMILIES", "PINNED_VLLM", "check_pinned", "check_tree", "installed_tree"]
+__all__ = ["FAMILIES", "PINNED_VLLM", "check_draft_table", "check_pinned", "check_tree", "installed_tree"]
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit("use: specrepro check-hooks")

@@ -18,6 +18,9 @@ imported or executed) and checks, for each job ``specrepro engine-args`` prints 
   (:func:`specrepro.jobspec.images.cudagraph_shape_problem`);
 * a suffix-decoding job turns the cross-request corpus off (:func:`suffix_corpus_problem`: the value the
   source gates the corpus on);
+* a draft job (the oracle, controlled profiles, the hybrid: ``experiments[].drafts``) runs on a vLLM where the plugin
+  substitutes drafts (:data:`specrepro.jobspec.hooks.DRAFT_TABLES`, ``runtime``), every hook and read of that table
+  fits the source (:func:`specrepro.engine.check.hookcheck.check_draft_table`) and it schedules synchronously;
 * the counters :mod:`specrepro.jobspec.counters` reads exist (names and the per-position label ``position``)
   and ``LLM.get_metrics`` exists.
 
@@ -43,6 +46,8 @@ from typing import Any, Iterable, Mapping
 from ...core.errors import SpecReproError
 from ...jobspec.images import DEFAULT_CUDAGRAPH_MODE, cudagraph_shape_problem, image_packages, requirement_name
 from ...jobspec.counters import COUNTERS, PER_POS
+from ...jobspec.hooks import DRAFT_HOOKS, draft_table_for
+from .hookcheck import check_draft_table
 from .sourcecheck_sglang import record_problems
 from .sources import PINNED, source_tree
 
@@ -458,6 +463,8 @@ class VllmFacts:
     spec_cudagraph_shapes: bool = False
     #: the CUDA-graph mode VllmConfig sets when a job sets none (under VLLM_COMPILE), None where not read
     default_cudagraph_mode: str | None = None
+    #: problems of its draft-substitution hook table against this source; None: the version has no table
+    draft_hook_problems: list | None = None
 
 
 def vllm_facts(src: Source, version: str = "") -> VllmFacts:
@@ -524,6 +531,7 @@ def vllm_facts(src: Source, version: str = "") -> VllmFacts:
         async_default=async_scheduling_default(src, ea), env_vars=env_variables(src),
         extends_draft_positions=_extends_draft_positions(sc),
         **dict(zip(("spec_cudagraph_shapes", "default_cudagraph_mode"), cudagraph_facts(src))),
+        draft_hook_problems=check_draft_table(src.root, version) if version else None,
     )
 
 
@@ -595,7 +603,25 @@ def check_job(rec: Mapping[str, Any], facts: VllmFacts, packages: Iterable[str] 
 
 
 #: engine jobs that assume one batch in flight (positions from num_computed_tokens, step-by-step timing)
-SYNC_RULES = {"engine_trace": "a k = 20 trace job", "engine_profile": "a profiled pass"}
+SYNC_RULES = {"engine_trace": "a k = 20 trace job", "engine_profile": "a profiled pass",
+              "engine_draft_bench": "a draft job (the plugin replaces each step's drafts per request)"}
+
+
+def draft_problems(rec: Mapping[str, Any], facts: VllmFacts) -> list[str]:
+    """Why a draft job (``rec["draft"]``) would not run on this vLLM, one line each (no job prefix): the plugin
+    substitutes drafts on it (a runtime hook table) and the table's hooks and reads fit its source."""
+    if not rec.get("draft"):
+        return []
+    v, mode = facts.version, rec["draft"]["mode"]
+    table = draft_table_for(v)
+    supported = ", ".join(p + "x" for p in DRAFT_HOOKS)
+    if table is None:
+        return [f"{mode}: the plugin has no draft-substitution hook for this vLLM (specrepro.jobspec.hooks."
+                f"DRAFT_TABLES; it substitutes drafts on {supported}): run the experiment on such an image"]
+    if not table.runtime:
+        return [f"{mode}: the plugin's draft hook for this vLLM is source-checked only and does not substitute drafts "
+                f"(specrepro.jobspec.hooks.DRAFT_TABLES; it does on {supported}): run the experiment on such an image"]
+    return [f"{mode}: draft hook: {p}" for p in facts.draft_hook_problems or []]
 
 
 def _model_problems(rec: Mapping[str, Any], facts: VllmFacts, kw: Mapping[str, Any]) -> list[str]:
@@ -746,6 +772,7 @@ def check_records(records: Iterable[Mapping[str, Any]], facts_of=pinned_vllm_fac
             problems += counter_problems(facts)
             versions_done.add(v)
         problems += check_job(rec, facts, image_packages(rec["image"]) if rec.get("image") else None)
+        problems += [f"{rec['job']}: {p} (vLLM {v})" for p in draft_problems(rec, facts)]
         problems += [p for p in [suffix_corpus_problem(rec)] if p]
         problems += record_problems(rec)
         checked[f"vLLM {v}"] = checked.get(f"vLLM {v}", 0) + 1
