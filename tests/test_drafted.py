@@ -173,10 +173,10 @@ def test_hybrid_finding_states_where_it_loses():
          "measured_ci_high": 1.1, "best_single": "ngram", "best_single_measured": 1.2, "vs_best_measured": -1 / 6,
          "gap_closed_measured": -0.5, "gap_closed_simulated": -0.4}])
     costs = {"chat@4": {"first_pass_ms": 3.0, "full_draft_ms": 9.0, "target_step_ms": 20.0}}
-    f = hybrid_finding(hyb, costs, {"median_abs_error": 0.05})
+    f = hybrid_finding(hyb, costs, {"median_abs_error": 0.05}, {"chat": "Chat (ShareGPT)"})
     assert "1.00-2.50x" in f["finding"] and "at 1 of 2" in f["finding"] and "within a median 5 %" in f["finding"]
     assert "closes a median -12 % of that gap measured (-5 % simulated)" in f["finding"]  # median of 0.25, -0.5
-    assert "chat at B = 4 (-17 % against ngram" in f["loses"] and "first pass, which the hybrid runs at every step to " \
+    assert "Chat (ShareGPT) at B = 4 (-17 % against n-gram" in f["loses"] and "first pass, which the hybrid runs at every step to " \
         "keep the drafter's KV cache in step, costs 3.0-3.0 ms against a target step of 20-20 ms (15-15 %)" \
         in f["loses"] and "its whole draft, which the hybrid runs where a request of the batch takes the drafter's " \
         "draft, 9.0-9.0 ms (45-45 %)" in f["loses"]
@@ -184,7 +184,8 @@ def test_hybrid_finding_states_where_it_loses():
     assert f["loses_why"].startswith("The hybrid pays") and f["loses"].endswith(" " + f["loses_why"])
     # -17 % is beyond the first pass's 15 %: said, by name, with the share of steps that took the drafter's draft
     assert f["loses_why"].endswith("On the point values it is further below the better single method than the first "
-                                   "pass's largest share of a target step (15.0 %) at: adaptive on chat at B = 4 (-16.7 %).")
+                                   "pass's largest share of a target step (15.0 %) at: adaptive on Chat (ShareGPT) at "
+                                   "B = 4 (-16.7 %).")
     g = hybrid_finding(hyb.assign(share_ngram=[0.5, 0.25]), costs, {})
     assert g["loses_why"].endswith("(-16.7 %); there the hybrid took the drafter's draft at a median 75 % of steps and "
                                    "paid for that draft each time.")

@@ -42,7 +42,7 @@ from ..core.traces import TraceRecord, read_trace
 from ..engine.results.metrics import load_points
 from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
-from ..jobspec.args import experiment_configs
+from ..jobspec.args import METHOD_LABELS, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
 from .closedloop import experiment_inputs
 from .falsify import FACTOR, VARIANTS, variant_traces
@@ -386,16 +386,19 @@ def repeat_check(table: pd.DataFrame) -> dict:
                       "controlled": float(r.measured), "fixed": float(r.measured_fixed)} for r in m.itertuples()]}
 
 
-def _points(rows: pd.DataFrame, note) -> str:
-    """"<policy> on <dataset> at B = <b> (<note(row)>)" for each hybrid row, joined by "; "."""
-    return "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {r.dataset} at B = {int(r.batch_size)} ({note(r)})"
-                     for r in rows.itertuples(index=False))
+def _points(rows: pd.DataFrame, note, labels: Mapping[str, str]) -> str:
+    """"<policy> on <dataset label> at B = <b> (<note(row)>)" for each hybrid row, joined by "; "."""
+    return "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {labels.get(r.dataset, r.dataset)} at B = "
+                     f"{int(r.batch_size)} ({note(r)})" for r in rows.itertuples(index=False))
 
 
-def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: Mapping) -> dict:
+def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: Mapping,
+                   dataset_labels: Mapping[str, str] | None = None) -> dict:
     """The report's sentences on the hybrid: the finding, and where it loses and why (the model drafter's cost per
     step from the cost model: ``costs`` = {dataset@B: :func:`drafter_pass_ms`}). The share of the gap closed is
-    stated over the points where Oracle Combine, as the engine runs it, is above the best single method."""
+    stated over the points where Oracle Combine, as the engine runs it, is above the best single method. Datasets
+    are named by ``dataset_labels`` (the config's labels, as the tables name them), methods by their labels."""
+    labels = dict(dataset_labels or {})
     if hyb.empty:
         return {"finding": "No hybrid configuration was both benchmarked and traced: nothing measured.", "loses": "",
                 "loses_why": ""}
@@ -434,7 +437,8 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
     if lose.empty:
         loses = "It is not below the better single method beyond its 95 % interval at any measured point."
     else:
-        pts = _points(lose, lambda r: f"{100 * r.vs_best_measured:+.0f} % against {r.best_single}")
+        pts = _points(lose, lambda r: f"{100 * r.vs_best_measured:+.0f} % against "
+                                      f"{METHOD_LABELS.get(r.best_single, r.best_single)}", labels)
         cs = [costs[k] for k in costs]
         why = beyond = ""
         if cs:
@@ -454,7 +458,7 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                 beyond = (f" On the point values no hybrid is further below the better single method than the first "
                           f"pass's largest share of a target step ({100 * share:.1f} %).")
             else:
-                names = _points(big, lambda r: f"{100 * r.vs_best_measured:+.1f} %")
+                names = _points(big, lambda r: f"{100 * r.vs_best_measured:+.1f} %", labels)
                 took = (f"; there the hybrid took the drafter's draft at a median "
                         f"{100 * (1 - big['share_ngram'].median()):.0f} % of steps and paid for that draft each time"
                         if "share_ngram" in big and big["share_ngram"].notna().any() else "")
@@ -517,7 +521,8 @@ def falsification_sentence(doc: Mapping) -> str:
 def run_drafted(a) -> None:
     """The body of ``specrepro engine-drafted``."""
     points, ids, traces, traced = experiment_inputs(a.points, a.exp, a.prompts, a.traces)
-    exp = next((e for e in read_json(a.run_config).get("experiments") or [] if e["name"] == a.exp), None)
+    run_config = read_json(a.run_config)
+    exp = next((e for e in run_config.get("experiments") or [] if e["name"] == a.exp), None)
     if exp is None:
         raise SpecReproError(f"{a.run_config}: no experiment {a.exp!r}")
     jobs = {**experiment_configs(exp), **draft_jobs(exp)}
@@ -567,4 +572,5 @@ def run_drafted(a) -> None:
         "oracle": summarise(table[table["mode"] == "oracle"]), "fixed": summarise(table[table["mode"] == "fixed"]),
         "hybrid": hyb_err, "hybrid_falsification": {**hyb_false, "sentence": falsification_sentence(hyb_false)},
         "drafter_cost_ms": costs, "choice_shares": shares, "departed_requests": departed,
-        **hybrid_finding(hyb, costs, hyb_err)})
+        **hybrid_finding(hyb, costs, hyb_err, {k: (d or {}).get("label", k)
+                                               for k, d in (run_config.get("datasets") or {}).items()})})
