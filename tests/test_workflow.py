@@ -115,17 +115,44 @@ def test_cpu_report_leaves_standin_figures_and_thin_per_request_figures_out(tmp_
     assert jobs["tab_lossless"] == jobs["fig03_reasoning"] == jobs["tab_engine_exercise"] == 1
 
 
+def _threads_by_rule(dry_run_stdout: str) -> dict[str, set[int]]:
+    """{rule: the threads of its planned jobs} from ``snakemake -n`` (a job block without ``threads:`` has 1)."""
+    out: dict[str, set[int]] = {}
+    for block in dry_run_stdout.split("\n\n"):
+        m = re.search(r"^(?:local)?rule (\w+):", block, re.M)
+        if m:
+            t = re.search(r"^\s+threads: (\d+)", block, re.M)
+            out.setdefault(m.group(1), set()).add(int(t.group(1)) if t else 1)
+    return out
+
+
 def test_the_closed_loop_overlay_runs_smollm2_alone_at_8_requests(tmp_path):
     """config/cpu-closedloop.yaml over config/cpu.yaml, as its header runs it: the closed loop's targets plan
     SmolLM2's jobs only (its draft jobs included); a misspelt experiment in experiment_overrides stops the run
     with one line before any job."""
     targets = [f"results/simulator/engine-smollm2/{f}" for f in ("closed_loop.csv", "falsification.json", "drafted.json")]
     overlay = str(REPO / "config" / "cpu-closedloop.yaml")
-    proc = run_snakemake(["-n", "--configfile", CPU, overlay, "--directory", str(tmp_path / "run"), "--", *targets])
+    proc = run_snakemake(["-n", "-p", "--cores", "2", "--configfile", CPU, overlay, "--directory", str(tmp_path / "run"), "--",
+                          *targets])
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = planned_jobs(proc.stdout)
     assert jobs["engine_bench"] == 6 and jobs["engine_draft_bench"] == 6 and jobs["engine_trace"] == 3
-    assert "smollm2" in proc.stdout and "standin-" not in proc.stdout
+    assert "results/engine/smollm2/" in proc.stdout and "results/engine/standin-" not in proc.stdout
+    # exclusive_timing: its timed jobs (benchmarks, profiled passes, draft jobs) take both cores, nothing runs beside
+    # them; the k = 20 traces (acceptance only) and the rest keep one
+    threads = _threads_by_rule(proc.stdout)
+    assert threads["engine_bench"] == threads["engine_draft_bench"] == threads["engine_profile"] == {2}
+    assert threads["engine_trace"] == threads["closed_loop"] == {1}
+    # ...and their engines still run one thread: Snakemake sets OMP_NUM_THREADS etc. to a job's threads
+    timed = [ln for ln in proc.stdout.splitlines() if re.search(r"specrepro (bench|profile|draft-bench) --spec", ln)]
+    assert len(timed) == jobs["engine_bench"] + jobs["engine_profile"] + jobs["engine_draft_bench"]
+    assert all(re.search(r"OMP_NUM_THREADS=1 GOTO_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "
+                         r"VECLIB_MAXIMUM_THREADS=1 NUMEXPR_NUM_THREADS=1 +specrepro ", ln) for ln in timed)
+    # the main CPU run's do not (its 25-minute budget): one thread each, two jobs at once
+    proc = run_snakemake(["-n", "--cores", "2", "--configfile", CPU, "--directory", str(tmp_path / "main"), "--",
+                          *targets[:1]])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert set().union(*_threads_by_rule(proc.stdout).values()) == {1}
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"experiment_overrides": {"smollm3": {"num_requests": 8}}}))
     proc = run_snakemake(["--cores", "1", "--configfile", CPU, str(bad), "--directory", str(tmp_path / "bad")])

@@ -19,6 +19,7 @@ rule engine_draft_bench:
         steps="results/engine/{exp}/drafts/{config}.steps.parquet",
         meta="results/engine/{exp}/drafts/{config}.json",
     params:
+        threads_env=timed_job_env,
         spec=draft_spec,
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
         cost=lambda wc, input: f"--cost-model {input.cost_model!r}" if "cost_model" in input.keys() else "",
@@ -28,6 +29,7 @@ rule engine_draft_bench:
     wildcard_constraints:
         exp=name_regex(VLLM_EXPERIMENTS),
         config=name_regex(DRAFT_LABELS),
+    threads: timed_job_threads
     resources:
         gpu=engine_job_resources("gpu", "draft"),
         runtime=engine_job_resources("runtime", "draft"),
@@ -40,6 +42,6 @@ rule engine_draft_bench:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.gpus} specrepro draft-bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.threads_env}{params.gpus} specrepro draft-bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} --traces {input.traces:q} {params.cost} --none-points {input.none_points:q}"
         " --config-hash {params.config_hash} --repo {params.repo:q} -o {output.points:q} 2> {log}"

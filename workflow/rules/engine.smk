@@ -48,6 +48,7 @@ rule engine_bench:
         points="results/engine/{exp}/bench/{config}.parquet",
         meta="results/engine/{exp}/bench/{config}.json",
     params:
+        threads_env=timed_job_env,
         spec=lambda wc: bench_spec(wc),
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
         config_hash=config_hash(config),
@@ -56,6 +57,7 @@ rule engine_bench:
     wildcard_constraints:
         exp=name_regex(VLLM_EXPERIMENTS),  # SGLang's: rule engine_sglang_bench (tree.smk)
         config=name_regex(ENGINE_LABELS),
+    threads: timed_job_threads
     resources:
         gpu=engine_job_resources("gpu"),
         runtime=engine_job_resources("runtime"),
@@ -69,7 +71,7 @@ rule engine_bench:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.gpus} specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.threads_env}{params.gpus} specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} --config-hash {params.config_hash} --repo {params.repo:q} -o {output.points:q} 2> {log}"
 
 
@@ -85,6 +87,7 @@ rule engine_profile:
         steps="results/engine/{exp}/profile/{config}.steps.parquet",
         record="results/engine/{exp}/profile/{config}.json",
     params:
+        threads_env=timed_job_env,
         spec=lambda wc: bench_spec(wc, profile=True),
         drafter=lambda wc, input: f"--drafter-manifest {input.drafter!r}" if "drafter" in input.keys() else "",
         cost_sweep=cost_sweep,
@@ -92,6 +95,7 @@ rule engine_profile:
     wildcard_constraints:
         exp=name_regex({x for x, _ in PROFILE_JOBS}),
         config=name_regex({c for _, c in PROFILE_JOBS}),
+    threads: timed_job_threads
     resources:
         gpu=engine_job_resources("gpu", "profile"),
         runtime=engine_job_resources("runtime", "profile"),
@@ -104,7 +108,7 @@ rule engine_profile:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.gpus} specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.threads_env}{params.gpus} specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} {params.cost_sweep} --timings {output.timings:q} --breakdown {output.breakdown:q} --steps {output.steps:q}"
         " --record {output.record:q} 2> {log}"
 
