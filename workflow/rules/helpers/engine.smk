@@ -87,7 +87,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "M
 def timed_job_env(wc):
     """The shell prefix of a timed engine job: an exclusive one holds every core only so that nothing runs beside it,
     so its thread variables stay 1, as a one-thread job's (with them at 2 its torch ran 1.5x faster: measured)."""
-    return "".join(f"{v}=1 " for v in THREAD_VARS) if EXPERIMENTS[wc.exp].get("exclusive_timing") else ""
+    # through env(1): the prefix also follows `specrepro with-gpus ... --`, which runs a command, not a shell line
+    return "env " + "".join(f"{v}=1 " for v in THREAD_VARS) if EXPERIMENTS[wc.exp].get("exclusive_timing") else ""
 
 
 def engine_job_resources(key, job="bench"):
