@@ -37,8 +37,8 @@ SPEC = FigureSpec(
         "jobs (median and largest |difference| of their speedups), below which no closed loop can be checked here; "
         "then the simulator against the draft jobs with their real acceptance: the calibration (controlled profiles, "
         "from nothing to everything accepted, at each k; results/simulator/engine-<exp>/calibration.csv) and the "
-        "measured upper bound (the oracle jobs; measured\\_bounds.csv). On a CPU run a timed job shares the cores with "
-        "one other job at a time unless its experiment sets exclusive\\_timing (config/cpu-closedloop.yaml does for "
+        "measured upper bound (the oracle jobs; measured_bounds.csv). On a CPU run a timed job shares the cores with "
+        "one other job at a time unless its experiment sets exclusive_timing (config/cpu-closedloop.yaml does for "
         "SmolLM2; docs/ARTIFACT.md, ``Concurrent jobs'', measures what sharing shifts)."
     ),
     paper_statement="The paper does not compare its simulator with its measured speedups.",
