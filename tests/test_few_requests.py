@@ -289,14 +289,14 @@ def test_hybrid_section_opens_with_one_sentence_from_its_csv(tmp_path):
     assert finding(csv) == (
         "Chosen online inside vLLM, the adaptive hybrid of n-gram and the model drafter reaches 1.60-2.50x over no SD "
         "against 2.00-2.00x for the better single method (EAGLE) at the same 2 (dataset, B) points, and is below it "
-        "at 1 of them and above it at 1, by up to 20 % on code at B = 4; these are point values, as 2 requests per "
+        "at 1 of them and above it at 1, by up to 20 % on CODE at B = 4; these are point values, as 2 requests per "
         "point are too few for a 95 % interval (figures/tab_hybrid-engine-e.csv, from "
         "results/simulator/engine-e/hybrid.csv and choice_shares.csv).")
     assert figreg.finding("tab_hybrid", csv.with_suffix(".tex")) == finding(csv)
     build(_hybrid(tmp_path, 8), _ctx(("code",)))
     f8 = finding(csv)
     # with enough requests it goes by the interval: 2.5 [2.0, 3.0] is not above 2.0 beyond it; 1.6 [1.5, 1.7] is below
-    assert "is, beyond its 95 % interval, below it at 1 of them and above it at 0, by up to 20 % on code" in f8
+    assert "is, beyond its 95 % interval, below it at 1 of them and above it at 0, by up to 20 % on CODE" in f8
     assert TOO_FEW not in f8 and f8.count(". ") == 0 and f8.endswith(".")
     empty = tmp_path / "figures" / "tab_hybrid-engine-x.csv"
     pd.DataFrame(columns=["hybrid", "measured"]).to_csv(empty, index=False)

@@ -154,7 +154,8 @@ def build(args, ctx: TraceContext) -> None:
     if len(t):
         t = t.sort_values(["dataset", "batch_size", "hybrid"], key=lambda s: s.map(order) if s.name == "dataset" else s)
         t = with_requests(t, shares)
-    write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
+    labels = t["dataset"].map(ctx.dataset_label) if len(t) else []
+    write_csv(args.csv, t.assign(run_kind=ctx.run_kind, dataset_label=labels), float_format="%.6g")
     write_text(args.output, to_latex(t, ctx, summary))
 
 
@@ -192,5 +193,6 @@ def finding(csv) -> str:
             f"above it at {int(above.sum())}")
     if below.any():
         w = g[below].loc[g.loc[below, "vs_best_measured"].idxmin()]
-        text += f", by up to {-100 * w['vs_best_measured']:.0f} % on {w['dataset']} at B = {int(w['batch_size'])}"
+        ds = w["dataset_label"] if "dataset_label" in w and pd.notna(w["dataset_label"]) else w["dataset"]
+        text += f", by up to {-100 * w['vs_best_measured']:.0f} % on {ds} at B = {int(w['batch_size'])}"
     return text + f"{basis} ({src})."
