@@ -78,7 +78,10 @@ def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd
         (rec_dir / f).unlink(missing_ok=True)
     first = next(iter(plans.values()))
     (rec_dir / "plan.json").write_text(json.dumps(first))
-    os.environ.update({MODE_ENV: "accept", DIR_ENV: str(rec_dir), PLAN_ENV: str(rec_dir / "plan.json")})
+    # SPECREPRO_DRAFT_TIMING=1 adds the profiler's step timings to the records (a diagnostic: where a draft job's
+    # wall time goes against the cost model; the benchmark's own numbers come from runs without it)
+    flags = "accept,timing" if os.environ.get("SPECREPRO_DRAFT_TIMING") == "1" else "accept"
+    os.environ.update({MODE_ENV: flags, DIR_ENV: str(rec_dir), PLAN_ENV: str(rec_dir / "plan.json")})
     t0 = time.perf_counter()
     llm = open_llm(spec, model_dir, drafter_dir, log=log)
     t_load = time.perf_counter() - t0
