@@ -355,3 +355,24 @@ def test_fast_equals_reference_with_per_token_drafting(workloads):
     without = simulate(w, spec, [1, 32], base).summary["speedup"].to_numpy()
     loss = 1 - with_tok / without
     assert 0 < loss[0] < loss[1]
+
+
+def test_fast_equals_reference_with_overhead_per_token(workloads):
+    """A cost model with an overhead per scheduled token (fitted on CPU profiles): the fast simulator charges it as the
+    step-by-step reference does, replicated and continuous, on every policy."""
+    from dataclasses import replace
+
+    cost = replace(load_cost_model("llama3.1-8b-h100"), overhead_per_token=2e-4, sd_overhead=0.004)
+    w = workloads["cnn"]
+    specs = [SimSpec(p, pol, ngram_match_prob=0.4, num_requests=8) for p in ("ngram", "eagle") for pol in ("fixed-3", "oracle")]
+    specs += [SimSpec("combined", "oracle", num_requests=8), SimSpec("combined", "adaptive", num_requests=8),
+              SimSpec("ngram", "fixed-3", ngram_match_prob=0.4, num_requests=8, batching="continuous"),
+              SimSpec("combined", "oracle", num_requests=8, batching="continuous")]
+    for spec in specs:
+        fast = simulate(w, spec, [1, 4, 32], cost).summary
+        ref = simulate_reference(w, spec, [1, 4, 32], cost).summary
+        np.testing.assert_allclose(fast["speedup"], ref["speedup"], rtol=1e-12, err_msg=str(spec))
+        np.testing.assert_allclose(fast["sd_throughput"], ref["sd_throughput"], rtol=1e-12, err_msg=str(spec))
+    # and it costs something: the same runs without it are faster in absolute terms
+    base = simulate(w, specs[0], [4], replace(cost, overhead_per_token=0.0)).summary
+    assert (simulate(w, specs[0], [4], cost).summary["sd_throughput"] < base["sd_throughput"]).all()

@@ -426,3 +426,43 @@ def test_sd_steps_take_the_methods_overhead_and_the_baseline_its_own(round_cost)
     base = float(baseline_latency(round_cost, 1, P, L)[0])
     sd_a, sd_b = base / float(ra["speedup"].iloc[0]), base / float(rb["speedup"].iloc[0])
     assert sd_b - sd_a == pytest.approx(0.25 * n_sd, rel=1e-9)
+
+
+def test_profile_fit_recovers_the_overhead_per_token(tmp_path):
+    """A step's overhead that grows with its scheduled tokens (0.5 ms each, as SmolLM2's on CPU) on top of a constant
+    per method is told apart: one slope, each method's constant net of it, written to the file and loaded back; the
+    simulator's baseline then pays it on each request's token of every step."""
+    path = tmp_path / "c.yaml"
+    path.write_text(ROUND_COST)
+    cost = load_cost_model(str(path))
+    const = {"none": 0.008, "eagle": 0.009}
+    tables = {"none": _step_table(cost, method="none"), "eagle-k3": _step_table(cost, method="eagle", k=3,
+                                                                              drafting=cost.eagle_draft),
+              "eagle-k5": _step_table(cost, method="eagle", k=5, drafting=cost.eagle_draft)}
+    rows = []
+    for cfg, t in tables.items():
+        m = cfg.split("-")[0]
+        t["step_s"] = t["verification_s"] + t["drafting_s"] + const[m] + 0.0005 * t["scheduled_tokens"]
+        rows.append(modelfit.profile_rows(t, m, cfg))
+    rows = pd.concat(rows, ignore_index=True)
+    methods = {"none": "none", "eagle-k3": "eagle", "eagle-k5": "eagle"}
+    fit = modelfit.fit_profile(rows, list(methods), methods)
+    assert fit.overhead_per_token == pytest.approx(0.0005, rel=1e-6)
+    assert fit.overhead == pytest.approx(0.008, rel=1e-6)
+    assert fit.overhead_by_method == pytest.approx({"eagle": 0.009}, rel=1e-6)
+    out = tmp_path / "fit.yaml"
+    out.write_text(modelfit.cost_model_text(modelfit.cost_model_doc(fit, name="x", model="m", hardware="cpu", images={},
+                                                                    source="test")))
+    loaded = load_cost_model(str(out), drafter="eagle")
+    assert loaded.overhead_per_token == pytest.approx(0.0005, rel=1e-6)
+    assert loaded.step_overhead == pytest.approx(0.009, rel=1e-6)
+    # B = 2 copies of a 10-token prompt, 3 tokens each: the prefill and 2 one-token steps, each sampling 2 tokens
+    from specrepro.sim.simulator.batching import baseline_latency
+
+    want = (loaded.target(0, 20) + 0.008 + 0.001) + sum(loaded.target(2 * 11 + 2 * j, 2) + 0.008 + 0.001 for j in (0, 1))
+    assert baseline_latency(loaded, 2, np.array([10]), np.array([3]))[0] == pytest.approx(want, rel=1e-12)
+    # every step of a method schedules one token count: the slope is not fitted, and the reason is written down
+    flat = rows[~rows["config"].isin(["eagle-k3", "eagle-k5"]) | (rows["role"] != "target")]
+    flat = flat[(flat["role"] != "target") | (flat["batched_tokens"] == 1) | (flat["phase"] != "decode")]
+    fit0 = modelfit.fit_profile(flat, ["none"], {"none": "none"})
+    assert fit0.overhead_per_token == 0.0 and "overhead_per_token" in fit0.assumed

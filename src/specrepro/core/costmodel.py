@@ -8,6 +8,8 @@ A cost model is a YAML file (see ``data/cost_models/llama3.1-8b-h100.yaml``)::
                                             batch, B * input_len for B copies; absent: 0, the paper's form)
     ngram:  {draft_fraction}                n-gram draft time = draft_fraction * T(kv, n)
     overhead_per_step                       added to every request's latency at every step
+    overhead_per_token                      optional: added per token a decode step schedules (B at the prefill:
+                                            the sampled positions' logits, sampler and bookkeeping); absent: 0
     overhead_by_method: {<method>: s}       optional: the overhead of a step under SD with that method (the
                                             baseline keeps overhead_per_step)
 
@@ -61,6 +63,9 @@ class CostModel:
     #: paper's form, where drafting depends on B only through ``kv``); fitted where profiled passes span several k
     #: and batch sizes
     d_tok: float = 0.0
+    #: overhead per token a decode step schedules (its sampled positions: logits, rejection sampler, bookkeeping), on
+    #: top of ``overhead`` / ``sd_overhead``; a prefill step is charged it per request; 0: the paper's form
+    overhead_per_token: float = 0.0
 
     @property
     def step_overhead(self) -> float:
@@ -139,6 +144,7 @@ def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: 
                                     by_method[overhead_of or drafter])
     # optional (the paper's form has none); the loop above made sure doc["eagle"] is a mapping
     d_tok = _non_negative(path, "coefficient 'eagle.d_tok'", doc["eagle"].get("d_tok", 0.0))
+    o_tok = _non_negative(path, "coefficient 'overhead_per_token'", doc.get("overhead_per_token", 0.0))
     return CostModel(
         name=str(doc.get("name", path.stem)) + (f"/{drafter}" if drafter and "drafters" in doc else ""),
         c_kv=values["target.c_kv"],
@@ -151,4 +157,5 @@ def load_cost_model(name_or_path: str, drafter: str | None = None, overhead_of: 
         overhead=values["overhead_per_step"],
         sd_overhead=sd_overhead,
         d_tok=d_tok,
+        overhead_per_token=o_tok,
     )

@@ -107,11 +107,12 @@ def phase_seconds(workload, spec, batch_size: int, cost) -> pd.DataFrame:
     prefill = cost.target(0.0, B * P)
     ver = prefill + np.bincount(r, weights=T, minlength=R)
     draft = np.bincount(r, weights=w_ng * cost.ngram_draft(T) + st.eagle_w * cost.eagle_draft(kv, inp, B * inp), minlength=R)
-    over = (1 + np.bincount(r, minlength=R)) * cost.overhead
+    over = (1 + np.bincount(r, minlength=R)) * cost.overhead + cost.overhead_per_token * (
+        B + np.bincount(r, weights=n_tok, minlength=R))
     n = L - 1
     base_ver = prefill + n * (cost.c_kv * B * (P + 1) + cost.c_compute * B + cost.c_fixed) + cost.c_kv * B * n * (n - 1) / 2
     return pd.DataFrame({"ver_s": ver, "draft_s": draft, "over_s": over, "base_ver_s": base_ver,
-                         "base_over_s": L * cost.overhead})
+                         "base_over_s": L * (cost.overhead + cost.overhead_per_token * B)})
 
 
 # --- a pilot run's own per-request values ----------------------------------------------------------

@@ -28,8 +28,10 @@ The target is fitted on the steps of the configurations that ran in the image of
 (its baseline: a drafter job in another image, e.g. vLLM 0.34.0's draft model, gives its drafter rows only);
 ``overhead_per_step`` is the mean ``overhead_s`` of the no-SD configuration's decode steps (the baseline's), and
 ``overhead_by_method`` each SD method's (its configurations' decode steps; the simulator charges it on SD steps,
-:attr:`specrepro.core.costmodel.CostModel.step_overhead`); the means per configuration and each method's 95 %
-half-width are in the report. Each role is a non-negative least-squares fit
+:attr:`specrepro.core.costmodel.CostModel.step_overhead`), each net of ``overhead_per_token`` times the step's
+scheduled tokens: one slope over every method, fitted with a constant per method (SmolLM2 on CPU: about 0.5 ms per
+token, the constants 8.3-9.1 ms; one constant per method left the k = 5, B = 4 steps 5 ms under and the k = 3, B = 1
+ones 4 ms over); the means per configuration and each method's 95 % half-width are in the report. Each role is a non-negative least-squares fit
 (:func:`specrepro.engine.results.costfit.nnls_small`). Where a drafter's profiled passes run several k (the CPU run's
 SmolLM2: ``profile_k``), its ``inp`` takes several values and ``d_fixed``, the per-step constant, is fitted; where they
 run one k (the paper's 3), ``d_spec`` cannot be told apart from ``d_fixed``: then ``d_fixed = 0`` (drafting time
@@ -157,13 +159,16 @@ class ExperimentFit:
     #: SD steps' overhead per method (its profiled decode steps' mean) and each mean's 95 % half-width
     overhead_by_method: dict[str, float] = field(default_factory=dict)
     overhead_half_width_by_method: dict[str, float] = field(default_factory=dict)
+    #: overhead per token a decode step schedules, on top of the constants (one slope over every method)
+    overhead_per_token: float = 0.0
 
     def coefficients(self) -> dict:
         return {"target": dict(self.target.coefficients),
                 "drafters": {m: dict(f.coefficients) for m, f in self.drafters.items()},
                 "ngram": {"draft_fraction": self.ngram.coefficients["draft_fraction"] if self.ngram else 0.0},
                 "overhead_per_step": self.overhead,
-                **({"overhead_by_method": dict(self.overhead_by_method)} if self.overhead_by_method else {})}
+                **({"overhead_by_method": dict(self.overhead_by_method)} if self.overhead_by_method else {}),
+                **({"overhead_per_token": self.overhead_per_token} if self.overhead_per_token else {})}
 
     def report(self) -> dict:
         return {"source": self.source, "target": self.target.as_dict(),
@@ -172,6 +177,7 @@ class ExperimentFit:
                 "overhead_points": self.overhead_points, "overhead_by_config": self.overhead_by_config,
                 "overhead_by_method": self.overhead_by_method,
                 "overhead_half_width_by_method": self.overhead_half_width_by_method,
+                "overhead_per_token": self.overhead_per_token,
                 "assumed": self.assumed, "n_points": int(len(self.residuals))}
 
 
@@ -252,17 +258,19 @@ def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str],
     o = o if len(o) else t.dropna(subset=["overhead_s"])
     by_method: dict[str, float] = {}
     half: dict[str, float] = {}
+    o_tok, o_note = 0.0, {}
     if methods:
         o_method = base_cfg[o.index].map(lambda c: methods.get(c, ""))
+        o_tok = _overhead_per_token(o, o_method, o_note)
         for m, g in o.groupby(o_method):
             if not m or len(g) < 2:
                 continue
-            v = g["overhead_s"].astype(float)
+            v = g["overhead_s"].astype(float) - o_tok * g["batched_tokens"].astype(float)
             by_method[str(m)] = float(max(0.0, v.mean()))
             half[str(m)] = float(1.96 * v.std(ddof=1) / math.sqrt(len(v)))
         if "none" in by_method:
             o = o[o_method == "none"]
-    overhead = float(max(0.0, o["overhead_s"].mean())) if len(o) else 0.0
+    overhead = float(max(0.0, (o["overhead_s"] - o_tok * o["batched_tokens"].astype(float)).mean())) if len(o) else 0.0
     by_method.pop("none", None)
     by_cfg = {str(c): float(g["overhead_s"].mean()) for c, g in
               rows[(rows["role"] == "target") & (rows["phase"] == "decode")].dropna(subset=["overhead_s"]).groupby("config")}
@@ -287,9 +295,26 @@ def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str],
         r2, rmse, rel = _quality(y, frac * T)
         ngram = Fit({"draft_fraction": frac}, len(ng), r2, rmse, rel, sorted(set(ng["config"].astype(str))))
         resid.append(_residuals(ng, frac * T))
-    assumed = {(k if k.startswith("drafters.") else f"target.{k}"): v for k, v in assumed.items()}
+    assumed = {(k if k.startswith("drafters.") else f"target.{k}"): v for k, v in assumed.items()} | o_note
     return ExperimentFit("profile", target, drafters, ngram, overhead, int(len(o)), by_cfg,
-                         pd.concat(resid, ignore_index=True), assumed, by_method, half)
+                         pd.concat(resid, ignore_index=True), assumed, by_method, half, o_tok)
+
+
+def _overhead_per_token(o: pd.DataFrame, o_method: pd.Series, assumed: dict) -> float:
+    """The overhead's share that grows with the tokens a decode step schedules (its sampled positions: logits,
+    rejection sampler, bookkeeping), one slope over every method, each method keeping its own constant: a
+    non-negative fit of ``overhead_s`` on one indicator per method and ``batched_tokens``. 0 (listed in ``assumed``)
+    where no method's steps schedule two different token counts."""
+    keep = (o_method != "").to_numpy()
+    d, m = o[keep], o_method[keep]
+    n = d["batched_tokens"].to_numpy(float)
+    varies = any(np.unique(n[(m == x).to_numpy()]).size >= 2 for x in set(m))
+    if not varies or len(d) < len(set(m)) + 2:
+        assumed["overhead_per_token"] = "0: no method's profiled decode steps schedule two different token counts"
+        return 0.0
+    names = sorted(set(m))
+    X = np.column_stack([(m == x).to_numpy(float) for x in names] + [n])
+    return float(nnls_small(X, d["overhead_s"].to_numpy(float))[-1])
 
 
 # --- from benchmark points ---------------------------------------------------------------------
@@ -393,6 +418,7 @@ def cost_model_doc(fit: ExperimentFit, *, name: str, model: str, hardware: str, 
         "target": c["target"], "eagle": dict(first), "drafters": c["drafters"], "ngram": c["ngram"],
         "overhead_per_step": c["overhead_per_step"],
         **({"overhead_by_method": c["overhead_by_method"]} if c.get("overhead_by_method") else {}),
+        **({"overhead_per_token": c["overhead_per_token"]} if c.get("overhead_per_token") else {}),
         "assumed": fit.assumed,
         "quality": {"target": {"r2": fit.target.r2, "n_points": fit.target.n_points},
                     **{f"drafters.{m}": {"r2": f.r2, "n_points": f.n_points} for m, f in fit.drafters.items()},
@@ -404,7 +430,8 @@ def cost_model_text(doc: Mapping[str, Any]) -> str:
     head = ["# Step-time cost model of one experiment (specrepro fit-engine-cost-model), in seconds.",
             "#   target  T(kv, n) = c_kv*kv + c_compute*n + c_fixed",
             "#   drafters.<method>: d_kv*kv + d_spec*input_len + d_fixed + d_tok*batch_tokens (load with drafter=<method>)",
-            "#   overhead_per_step: the baseline's steps; overhead_by_method.<method>: SD steps with that method",
+            "#   overhead_per_step: the baseline's steps; overhead_by_method.<method>: SD steps with that method;",
+            "#   overhead_per_token: added per token a decode step schedules (one per request at the prefill)",
             f"#   fitted from this experiment's {'profiled engine steps' if doc['fitted_from'] == 'profile' else 'benchmark wall times'}"]
     return "\n".join(head) + "\n" + yaml.safe_dump(_plain(doc), sort_keys=False, default_flow_style=False)
 

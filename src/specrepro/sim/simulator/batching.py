@@ -20,8 +20,9 @@ def baseline_latency(cost: CostModel, B: int, P: np.ndarray, L: np.ndarray) -> n
     P = P.astype(np.float64)
     n = (L - 1).astype(np.float64)
     prefill = cost.target(0.0, B * P)
-    per_step = cost.c_kv * B * (P + 1) + cost.c_compute * B + cost.c_fixed + cost.overhead
-    return prefill + cost.overhead + n * per_step + cost.c_kv * B * n * (n - 1) / 2
+    over = cost.overhead + cost.overhead_per_token * B  # B tokens sampled at the prefill and at every step
+    per_step = cost.c_kv * B * (P + 1) + cost.c_compute * B + cost.c_fixed + over
+    return prefill + over + n * per_step + cost.c_kv * B * n * (n - 1) / 2
 
 
 def _replicate(spec: SimSpec, steps: Steps, P: np.ndarray, L: np.ndarray, B: int, cost: CostModel,
@@ -46,8 +47,9 @@ def _replicate(spec: SimSpec, steps: Steps, P: np.ndarray, L: np.ndarray, B: int
     delta = np.where(steps.final, -(steps.gen + Pr), steps.produced).astype(np.float64)
     e_in = inp if steps.eagle_in is None else steps.eagle_in
     eagle = cost.eagle_draft(kv + (B - 1) / 2 * delta, e_in, B * e_in)
-    per_step = T + cost.step_overhead + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
-    sd = cost.target(0.0, B * P.astype(np.float64)) + cost.step_overhead + np.bincount(r, weights=per_step, minlength=R)
+    per_step = T + cost.step_overhead + cost.overhead_per_token * n_tok + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
+    prefill = cost.target(0.0, B * P.astype(np.float64)) + cost.step_overhead + cost.overhead_per_token * B
+    sd = prefill + np.bincount(r, weights=per_step, minlength=R)
     return sd, baseline_latency(cost, B, P, L)
 
 
@@ -91,6 +93,8 @@ def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, c
         ngram_w = np.where(steps.random & ~matched, 0.0, ngram_w)
     kv = np.bincount(g, weights=(P[steps.request] + steps.gen).astype(np.float64), minlength=n_global)
     n_tok = np.bincount(g, weights=inp, minlength=n_global)
+    # tokens each step samples (its overhead per token): every decode input, one per prefilling request
+    sampled = n_tok + np.bincount(start, minlength=n_global)
     n_tok += np.bincount(start, weights=P.astype(np.float64), minlength=n_global)
     T = cost.target(kv, n_tok)
     any_ng = np.bincount(g, weights=ngram_w, minlength=n_global) > 0
@@ -100,7 +104,8 @@ def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, c
     np.maximum.at(ea_in, g[sel], e_in)
     ea_tokens = np.bincount(g[sel], weights=e_in.astype(np.float64), minlength=n_global)
     eagle = np.where(ea_in > 0, cost.eagle_draft(kv, ea_in, ea_tokens), 0.0)
-    step_time = T + (cost.step_overhead if sd else cost.overhead) + any_ng * cost.ngram_draft(T) + eagle
+    step_time = (T + (cost.step_overhead if sd else cost.overhead) + cost.overhead_per_token * sampled
+                 + any_ng * cost.ngram_draft(T) + eagle)
     end = int(start.max()) if B < R else n_global - 1
     # tokens: one per prefill, then each decode step's tokens up to the request's end
     real = np.minimum(steps.produced, L[steps.request] - steps.gen).astype(np.float64)
