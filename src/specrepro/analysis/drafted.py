@@ -328,8 +328,7 @@ def drafter_pass_ms(cost: CostModel, kv: float, k: int, batch_size: int = 1) -> 
     ``k + 1`` tokens of ``batch_size`` requests, in ms."""
     return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1, batch_size)),
             "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1, batch_size * (k + 1))),
-            "target_step_ms": 1e3 * float(cost.target(kv, batch_size * (k + 1)) + cost.overhead
-                                          + cost.overhead_per_token * batch_size * (k + 1))}
+            "target_step_ms": 1e3 * float(cost.target(kv, batch_size * (k + 1)) + cost.overhead_at(batch_size * (k + 1), sd=False))}
 
 
 # --- configurations, summaries, the verb --------------------------------------------------------------------------

@@ -72,6 +72,11 @@ class CostModel:
         """Overhead of one SD step (the baseline's steps take ``overhead``)."""
         return self.overhead if self.sd_overhead is None else self.sd_overhead
 
+    def overhead_at(self, tokens, sd: bool = True):
+        """Overhead of one step that samples ``tokens`` positions (a decode step's scheduled tokens, one per request at
+        the prefill): an SD step's (``sd``) or the baseline's constant, plus ``overhead_per_token`` each."""
+        return (self.step_overhead if sd else self.overhead) + self.overhead_per_token * tokens
+
     def target(self, kv, n):
         """Time of one target forward pass over ``n`` tokens with ``kv`` tokens cached."""
         return kv * self.c_kv + n * self.c_compute + self.c_fixed

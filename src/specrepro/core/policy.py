@@ -77,7 +77,7 @@ def adaptive_choice(params: AdaptiveParams, cost: CostModel, B: int, kv: np.ndar
         k = np.arange(k_lo, k_max + 1)[None, :]
         tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
         t = cost.target(kv[:, None], B * (k + 1))
-        tau = t + cost.step_overhead + cost.overhead_per_token * B * (k + 1) + cost.ngram_draft(t)  # the lookup runs every step
+        tau = t + cost.overhead_at(B * (k + 1)) + cost.ngram_draft(t)  # the n-gram lookup runs every step
         n_in = params.drafter_input(np.full(k.shape, eagle), k)
         tau = tau + np.where(n_in > 0, cost.eagle_draft(kv[:, None], n_in, B * n_in), 0.0)
         rate = tokens / tau

@@ -112,7 +112,7 @@ def phase_seconds(workload, spec, batch_size: int, cost) -> pd.DataFrame:
     n = L - 1
     base_ver = prefill + n * (cost.c_kv * B * (P + 1) + cost.c_compute * B + cost.c_fixed) + cost.c_kv * B * n * (n - 1) / 2
     return pd.DataFrame({"ver_s": ver, "draft_s": draft, "over_s": over, "base_ver_s": base_ver,
-                         "base_over_s": L * (cost.overhead + cost.overhead_per_token * B)})
+                         "base_over_s": L * cost.overhead_at(B, sd=False)})
 
 
 # --- a pilot run's own per-request values ----------------------------------------------------------

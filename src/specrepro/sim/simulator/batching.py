@@ -20,7 +20,7 @@ def baseline_latency(cost: CostModel, B: int, P: np.ndarray, L: np.ndarray) -> n
     P = P.astype(np.float64)
     n = (L - 1).astype(np.float64)
     prefill = cost.target(0.0, B * P)
-    over = cost.overhead + cost.overhead_per_token * B  # B tokens sampled at the prefill and at every step
+    over = cost.overhead_at(B, sd=False)  # B tokens sampled at the prefill and at every step
     per_step = cost.c_kv * B * (P + 1) + cost.c_compute * B + cost.c_fixed + over
     return prefill + over + n * per_step + cost.c_kv * B * n * (n - 1) / 2
 
@@ -47,8 +47,8 @@ def _replicate(spec: SimSpec, steps: Steps, P: np.ndarray, L: np.ndarray, B: int
     delta = np.where(steps.final, -(steps.gen + Pr), steps.produced).astype(np.float64)
     e_in = inp if steps.eagle_in is None else steps.eagle_in
     eagle = cost.eagle_draft(kv + (B - 1) / 2 * delta, e_in, B * e_in)
-    per_step = T + cost.step_overhead + cost.overhead_per_token * n_tok + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
-    prefill = cost.target(0.0, B * P.astype(np.float64)) + cost.step_overhead + cost.overhead_per_token * B
+    per_step = T + cost.overhead_at(n_tok) + drafting * cost.ngram_draft(T) + steps.eagle_w * eagle
+    prefill = cost.target(0.0, B * P.astype(np.float64)) + cost.overhead_at(B)
     sd = prefill + np.bincount(r, weights=per_step, minlength=R)
     return sd, baseline_latency(cost, B, P, L)
 
@@ -104,8 +104,7 @@ def _continuous_throughput(steps: Steps, P: np.ndarray, L: np.ndarray, B: int, c
     np.maximum.at(ea_in, g[sel], e_in)
     ea_tokens = np.bincount(g[sel], weights=e_in.astype(np.float64), minlength=n_global)
     eagle = np.where(ea_in > 0, cost.eagle_draft(kv, ea_in, ea_tokens), 0.0)
-    step_time = (T + (cost.step_overhead if sd else cost.overhead) + cost.overhead_per_token * sampled
-                 + any_ng * cost.ngram_draft(T) + eagle)
+    step_time = T + cost.overhead_at(sampled, sd) + any_ng * cost.ngram_draft(T) + eagle
     end = int(start.max()) if B < R else n_global - 1
     # tokens: one per prefill, then each decode step's tokens up to the request's end
     real = np.minimum(steps.produced, L[steps.request] - steps.gen).astype(np.float64)

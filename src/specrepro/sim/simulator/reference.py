@@ -60,7 +60,7 @@ def _reference_baseline(cost: CostModel, B: int, P: int, L: int) -> list[float]:
     kv = 0
     prefill = cost.target(kv, B * P)
     kv += B * P + B
-    latency = [prefill + cost.overhead + cost.overhead_per_token * B] * B
+    latency = [prefill + cost.overhead_at(B, sd=False)] * B
     gen = [1] * B
     while any(g < L for g in gen):
         n = sum(1 for g in gen if g < L)
@@ -68,7 +68,7 @@ def _reference_baseline(cost: CostModel, B: int, P: int, L: int) -> list[float]:
         kv += n
         for c in range(B):
             if gen[c] < L:
-                latency[c] += t + cost.overhead + cost.overhead_per_token * n
+                latency[c] += t + cost.overhead_at(n, sd=False)
                 gen[c] += 1
                 if gen[c] >= L:
                     kv -= gen[c] + P
@@ -79,7 +79,7 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng, matched) -> list[
     kv = 0
     prefill = cost.target(kv, B * P)
     kv += B * P + B
-    latency = [prefill + cost.step_overhead + cost.overhead_per_token * B] * B
+    latency = [prefill + cost.overhead_at(B)] * B
     gen = [1] * B
     counts = [[0.0, 0.0, 0.0, 0.0] for _ in range(B)]  # adaptive: S, F of n-gram, then of EAGLE
     mode_ng = [False] * B
@@ -122,7 +122,7 @@ def _reference_sd_batch(spec, cost, B, P, L, acc, ng, ea, rng, matched) -> list[
                     draft = ngram_cost if ng[pos] >= ea[pos] else eagle_cost
                 else:
                     draft = ngram_cost + eagle_cost
-            latency[c] += t + draft + cost.step_overhead + cost.overhead_per_token * sum(inputs.values())
+            latency[c] += t + draft + cost.overhead_at(sum(inputs.values()))
             if spec.policy == "adaptive":
                 counts[c] = _reference_observe(spec.adaptive, mode_ng[c], n_in - 1, got, int(ng[pos]), counts[c],
                                                bool(matched[pos]))
@@ -217,8 +217,7 @@ def _reference_continuous(workload, spec, B, cost, idx, acc, ng, ea, P, L, match
             n_tok += sum(p[0] for p in plan.values())
             t = cost.target(kv, n_tok)
             # per token the step samples: every decode input, one per prefilling request
-            step = t + (cost.step_overhead if sd else cost.overhead) + cost.overhead_per_token * (
-                sum(p[0] for p in plan.values()) + len(admitted))
+            step = t + cost.overhead_at(sum(p[0] for p in plan.values()) + len(admitted), sd)
             if any(p[2] for p in plan.values()):
                 step += cost.ngram_draft(t)
             ea_inputs = [p[0] for p in plan.values() if p[3]]
