@@ -250,11 +250,13 @@ def test_an_overlay_changes_one_experiment_by_name():
     exps = {e["name"]: e for e in cfg["experiments"]}
     smol = exps["smollm2"]
     assert smol["num_requests"] == 8 and smol["datasets"] == ["smol_code", "smol_news"]
-    # the methods are the main run's, EAGLE's k = 5 entry grown to k = 5, 8 and 20 (profiled at each: profile_k)
-    fixed = lambda ms: [m for m in ms if m["method"] != "eagle" or m.get("k") == [3]]  # noqa: E731
+    # the methods are the main run's, the model drafters' k = 5 entries grown to k = 1, 5, 8 (and EAGLE's to 20), each
+    # profiled (profile_k): the fit sees k = 1, 3, 5, 8 for both drafters
+    fixed = lambda ms: [m for m in ms if m.get("datasets") != ["smol_news"]]  # noqa: E731
     assert fixed(smol["methods"]) == fixed(next(e for e in base["experiments"] if e["name"] == "smollm2")["methods"])
-    assert {"method": "eagle", "k": [5, 8, 20], "datasets": ["smol_news"]} in smol["methods"]
-    assert smol["profile_k"] == [3, 5, 8, 20]
+    assert {"method": "eagle", "k": [1, 5, 8, 20], "datasets": ["smol_news"]} in smol["methods"]
+    assert {"method": "draft_model", "k": [1, 5, 8], "datasets": ["smol_news"]} in smol["methods"]
+    assert smol["profile_k"] == [1, 3, 5, 8, 20]
     jobs = draft_jobs(smol)
     assert {j["mode"] for j in jobs.values()} == {"oracle", "controlled", "hybrid"}
     assert all(set(j["datasets"]) <= {"smol_code", "smol_news"} for j in jobs.values())

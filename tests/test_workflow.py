@@ -136,8 +136,10 @@ def test_the_closed_loop_overlay_runs_smollm2_alone_at_8_requests(tmp_path):
                           *targets])
     assert proc.returncode == 0, proc.stderr[-2000:]
     jobs = planned_jobs(proc.stdout)
-    # EAGLE at k = 8 and 20 as well (benchmarked and profiled): 8 benchmarks, 8 profiled passes
-    assert jobs["engine_bench"] == jobs["engine_profile"] == 8 and jobs["engine_draft_bench"] == 6 and jobs["engine_trace"] == 3
+    # both model drafters at k = 1, 3, 5, 8 and EAGLE at 20 (benchmarked and profiled): 11 benchmarks, 11 profiled
+    # passes; controlled runs at k = 1, 3, 5, 8, 20 beside the three oracles and two hybrids
+    assert jobs["engine_bench"] == jobs["engine_profile"] == 11 and jobs["engine_draft_bench"] == 10
+    assert jobs["engine_trace"] == 3
     assert "results/engine/smollm2/" in proc.stdout and "results/engine/standin-" not in proc.stdout
     # exclusive_timing: its timed jobs (benchmarks, profiled passes, draft jobs) take both cores, nothing runs beside
     # them; the k = 20 traces (acceptance only) and the rest keep one
