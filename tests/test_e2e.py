@@ -220,6 +220,9 @@ def test_smollm2_closed_loop_and_upper_bounds(cpu_run):
     assert set(fit["overhead_by_method"]) == {"ngram", "eagle", "draft_model"}
     assert set(cl["batch_size"]) == {1, 4} and set(cl["dataset"]) == {"smol_code", "smol_news", "smol_chat", "smol_math"}
     assert cl["measured"].notna().all() and cl["simulated"].notna().all()
+    # each point's error split by job: the SD job's and the no-SD job's throughput against the cost model's
+    split = (1 + cl["sd_error"]) / (1 + cl["baseline_error"])
+    assert ((1 + cl["error"]) / split).to_numpy() == pytest.approx(1, rel=1e-4)
     summary = json.loads((cpu_run / "results" / "simulator" / "engine-smollm2" / "closed_loop.json").read_text())
     assert summary["points"] == len(cl) and summary["median_abs_error"] == pytest.approx(cl["abs_error"].median(), rel=1e-5)  # the CSV keeps 6 digits
     assert "What bounds it" in summary["explanation"]

@@ -258,3 +258,11 @@ def test_falsification_table_ends_with_the_draft_jobs_closed_loops(experiment):
     tex = to_latex(t)
     assert "calibration, $k$ = 1, 3, 8 (3 points) & 4\\,\\% & 10\\,\\% & +4\\,\\%" in tex
     assert "measured upper bound (12 points) & 4\\,\\% & 10\\,\\% & +4\\,\\%" in tex
+    assert "absolute:" not in tex  # summaries without the throughput columns: no split stated
+    # with them (sd_error, baseline_error): each row says which jobs the cost model missed
+    split = cal.assign(sd_error=[0.02, -0.03, 0.01], baseline_error=[0.13, 0.13, 0.13])
+    s2 = summarise(split)
+    assert s2["median_abs_sd_error"] == pytest.approx(0.02) and s2["median_abs_baseline_error"] == pytest.approx(0.13)
+    tex2 = to_latex(rows(doc, {"calibration": {**s2, "ks": [1, 3, 8]}}))
+    assert "calibration, $k$ = 1, 3, 8 (3 points) & 4\\,\\% & 10\\,\\% & +4\\,\\% & " \
+           "\\multicolumn{4}{l}{absolute: draft jobs 2\\,\\%, no SD 13\\,\\%}" in tex2

@@ -56,6 +56,35 @@ def test_join_pairs_only_the_same_method_k_and_batch_size():
     assert out["error"].to_numpy() == pytest.approx([2.5 / 1.5 - 1, 2.2 / 1.2 - 1, 2.1 / 1.1 - 1, 2.3 / 1.3 - 1])
 
 
+def test_the_error_splits_into_the_sd_job_and_the_no_sd_job():
+    """A speedup divides two jobs' throughputs: with the cost model exact on the SD jobs and the no-SD job 15 % slower
+    than it predicts (throughput 100 measured against 115 simulated), every SD point of that (dataset, B) comes out
+    1 / 1.15 - 1 = -13 % (pessimistic) with sd_error 0 and baseline_error +15 %; the summary names that job."""
+    meas = _meas([("ds", "ngram", 3, 1, 1.6), ("ds", "eagle", 3, 1, 0.8), ("ds2", "ngram", 3, 1, 1.5)])
+    meas["measured_sd_throughput"] = [160.0, 80.0, 150.0]
+    meas["measured_baseline_throughput"] = [100.0, 100.0, 100.0]
+    sim = _sim([("ds", "ngram", 3, 1, 160 / 115), ("ds", "eagle", 3, 1, 80 / 115), ("ds2", "ngram", 3, 1, 153 / 105)])
+    sim["simulated_sd_throughput"] = [160.0, 80.0, 153.0]
+    sim["simulated_baseline_throughput"] = [115.0, 115.0, 105.0]
+    out = closedloop.join(sim, meas).set_index(["dataset", "method"])
+    assert out.loc[("ds", "ngram"), "error"] == pytest.approx(1 / 1.15 - 1)
+    assert out.loc[("ds", "eagle"), "error"] == pytest.approx(1 / 1.15 - 1)
+    assert out.loc[[("ds", "ngram"), ("ds", "eagle")], "sd_error"].to_numpy() == pytest.approx([0.0, 0.0])
+    assert out.loc[[("ds", "ngram"), ("ds", "eagle")], "baseline_error"].to_numpy() == pytest.approx([0.15, 0.15])
+    assert out.loc[("ds2", "ngram"), ["sd_error", "baseline_error"]].to_numpy() == pytest.approx([0.02, 0.05])
+    split = (1 + out["sd_error"]) / (1 + out["baseline_error"])
+    assert (1 + out["error"]).to_numpy() == pytest.approx(split.to_numpy())
+    s = closedloop.summarise(out.reset_index())
+    assert s["baseline_jobs"] == 2 and s["worst_baseline"] == {"dataset": "ds", "batch_size": 1,
+                                                               "baseline_error": pytest.approx(0.15)}
+    assert s["median_abs_sd_error"] == pytest.approx(0.0) and s["median_abs_baseline_error"] == pytest.approx(0.10)
+    text = closedloop.explanation(s, {}, "cpu")
+    assert "+15 % at ds, B = 1" in text and "0 % on the SD jobs and 10 % on the no-SD ones" in text
+    # a prediction without throughputs (the falsification's no-traces one) leaves the split empty
+    bare = closedloop.join(_sim([("ds", "ngram", 3, 1, 1.5)]), _meas([("ds", "ngram", 3, 1, 1.6)]))
+    assert bare[["sd_error", "baseline_error"]].isna().all().all() and "baseline_jobs" not in closedloop.summarise(bare)
+
+
 def test_join_refuses_ambiguous_or_different_requests():
     meas = _meas([("ds", "ngram", 3, 1, 1.2)])
     with pytest.raises(SpecReproError, match="twice"):

@@ -14,7 +14,9 @@ set, at a fixed k (k-by-batch-size and tree configurations have no simulated cou
   ``fixed-<k>``, the experiment's own cost model; with the simulator's bootstrap interval over the same requests.
 
 :func:`join` pairs the two on the full key (:data:`KEY`) and refuses anything else: a simulated speedup is never
-compared with a measurement of another method, k or batch size. Error = simulated / measured - 1.
+compared with a measurement of another method, k or batch size. Error = simulated / measured - 1, split by job
+(:data:`SPLIT_COLUMNS`): the SD job's and the no-SD job's mean throughput, each simulated against measured, since a
+speedup divides two jobs timed at different moments and either may have drifted.
 
 **Summary per experiment** (:func:`summarise`): points, median and worst absolute relative error, and whether
 the simulator orders the configurations as the measurements do: within each (dataset, batch size), every pair
@@ -50,10 +52,16 @@ from ..engine.results.metrics import load_points
 
 #: the key a simulated and a measured speedup must share
 KEY = ["exp", "dataset", "method", "k", "batch_size"]
-MEASURED_COLUMNS = KEY + ["config", "requests", "request_ids", "measured", "measured_ci_low", "measured_ci_high"]
-SIMULATED_COLUMNS = KEY + ["request_ids", "simulated", "simulated_ci_low", "simulated_ci_high"]
+MEASURED_COLUMNS = KEY + ["config", "requests", "request_ids", "measured", "measured_ci_low", "measured_ci_high",
+                          "measured_sd_throughput", "measured_baseline_throughput"]
+SIMULATED_COLUMNS = KEY + ["request_ids", "simulated", "simulated_ci_low", "simulated_ci_high",
+                           "simulated_sd_throughput", "simulated_baseline_throughput"]
+#: the speedup's error split by job: ``sd_error`` (the SD job's mean throughput, simulated / measured - 1) and
+#: ``baseline_error`` (no SD's, on the same requests); 1 + error = (1 + sd_error) / (1 + baseline_error), so a no-SD
+#: job that ran slow moves every SD point of its (dataset, B) the same way
+SPLIT_COLUMNS = ["sd_error", "baseline_error"]
 COLUMNS = KEY + ["config", "requests", "measured", "measured_ci_low", "measured_ci_high", "simulated",
-                 "simulated_ci_low", "simulated_ci_high", "error", "abs_error", "within_measured_ci"]
+                 "simulated_ci_low", "simulated_ci_high", "error", "abs_error", "within_measured_ci", *SPLIT_COLUMNS]
 
 
 def _key_types(df: pd.DataFrame) -> pd.DataFrame:
@@ -89,7 +97,9 @@ def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int,
         rows.append({"exp": exp, "dataset": ds, "method": g["method"].iloc[0], "k": int(g["k"].iloc[0]),
                      "batch_size": int(b), "config": cfg, "requests": len(keep),
                      "request_ids": tuple(ids[int(r)] for r in keep), "measured": iv.estimate,
-                     "measured_ci_low": iv.low, "measured_ci_high": iv.high})
+                     "measured_ci_low": iv.low, "measured_ci_high": iv.high,
+                     "measured_sd_throughput": float(sd_t.loc[keep].mean()),
+                     "measured_baseline_throughput": float(base_t.loc[keep].mean())})
     return _key_types(pd.DataFrame(rows, columns=MEASURED_COLUMNS))
 
 
@@ -116,7 +126,8 @@ def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[Trace
         rows.append({"exp": r.exp, "dataset": r.dataset, "method": r.method, "k": int(r.k),
                      "batch_size": int(r.batch_size), "request_ids": tuple(r.request_ids),
                      "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
-                     "simulated_ci_high": float(s["ci_high"])})
+                     "simulated_ci_high": float(s["ci_high"]), "simulated_sd_throughput": float(s["sd_throughput"]),
+                     "simulated_baseline_throughput": float(s["baseline_throughput"])})
     return _key_types(pd.DataFrame(rows, columns=SIMULATED_COLUMNS))
 
 
@@ -139,7 +150,18 @@ def join(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
     out["error"] = out["simulated"] / out["measured"] - 1.0
     out["abs_error"] = out["error"].abs()
     out["within_measured_ci"] = (out["simulated"] >= out["measured_ci_low"]) & (out["simulated"] <= out["measured_ci_high"])
-    return out.sort_values(KEY).reset_index(drop=True)[COLUMNS]
+    return with_job_split(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
+
+
+def with_job_split(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with :data:`SPLIT_COLUMNS` from its ``simulated_/measured_{sd,baseline}_throughput`` columns (NaN
+    where a side lacks them, e.g. the falsification's no-traces prediction)."""
+    out = table.copy()
+    for col, job in (("sd_error", "sd"), ("baseline_error", "baseline")):
+        sim_t, meas_t = out.get(f"simulated_{job}_throughput"), out.get(f"measured_{job}_throughput")
+        out[col] = (pd.to_numeric(sim_t) / pd.to_numeric(meas_t) - 1.0) if sim_t is not None and meas_t is not None \
+            else np.nan
+    return out
 
 
 def ranking(table: pd.DataFrame) -> dict:
@@ -210,7 +232,23 @@ def summarise(table: pd.DataFrame) -> dict:
             "median_error": float(table["error"].median()), "mean_error": float(table["error"].mean()),
             "optimistic_points": int((table["error"] > 0).sum()),
             "ranking_baseline_agreeing": order_agreement(table, ["exp", "dataset", "batch_size"], "config")["baseline_agreeing"],
-            "within_measured_ci": int(table["within_measured_ci"].sum()), **ranking(table)}
+            "within_measured_ci": int(table["within_measured_ci"].sum()), **job_split(table), **ranking(table)}
+
+
+def job_split(table: pd.DataFrame) -> dict:
+    """The error split by job (:data:`SPLIT_COLUMNS`): the SD jobs' median |sd_error|, and per no-SD job (one per
+    exp, dataset, B; the median over its points) its baseline error, with the worst one; {} without the columns."""
+    if not set(SPLIT_COLUMNS) <= set(table.columns):
+        return {}
+    t = table.dropna(subset=SPLIT_COLUMNS)
+    if t.empty:
+        return {}
+    base = t.groupby([c for c in ("exp", "dataset", "batch_size") if c in t], as_index=False)["baseline_error"].median()
+    w = base.loc[base["baseline_error"].abs().idxmax()]
+    return {"median_abs_sd_error": float(t["sd_error"].abs().median()), "baseline_jobs": int(len(base)),
+            "median_abs_baseline_error": float(base["baseline_error"].abs().median()),
+            "worst_baseline": {"dataset": str(w["dataset"]), "batch_size": int(w["batch_size"]),
+                               "baseline_error": float(w["baseline_error"])}}
 
 
 def in_sample(table: pd.DataFrame, profiled: set[tuple[str, str]], fit_source: str | None) -> pd.Series:
@@ -339,6 +377,13 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     else:
         parts.append("no point is in-sample (the profiled passes ran none of the benchmark's requests)")
     why = []
+    if r.get("baseline_jobs"):
+        wb = r["worst_baseline"]
+        why.append(f"in absolute throughput the cost model is off by {100 * r['median_abs_sd_error']:.0f} % on the SD "
+                   f"jobs and {100 * r['median_abs_baseline_error']:.0f} % on the no-SD ones (medians; the no-SD job "
+                   f"furthest off: {100 * wb['baseline_error']:+.0f} % at {wb['dataset']}, B = {wb['batch_size']}); a "
+                   "speedup's error is the two jobs' ratio (1 + error = (1 + SD job's) / (1 + no-SD job's)), so a no-SD "
+                   "job that ran slow or fast moves every SD point of its (dataset, B) the other way")
     hw = diag.get("median_measured_ci_half_width")
     if hw is not None and math.isfinite(hw) and few:
         why.append(f"the measured speedups rest on {_requests_text(diag)} requests per point: too few for a 95 % "

@@ -44,7 +44,7 @@ from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import METHOD_LABELS, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
-from .closedloop import experiment_inputs
+from .closedloop import SPLIT_COLUMNS, experiment_inputs, job_split, with_job_split
 from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
@@ -57,7 +57,7 @@ MODES = ("fixed", "controlled", "oracle", "hybrid")
 KEY = ["exp", "dataset", "config", "profile", "batch_size"]
 COLUMNS = KEY + ["mode", "method", "k", "mean_accepted", "requests", "measured", "measured_ci_low",
                  "measured_ci_high", "simulated", "simulated_ci_low", "simulated_ci_high", "error", "abs_error",
-                 "within_measured_ci"]
+                 "within_measured_ci", *SPLIT_COLUMNS]
 
 
 @dataclass(frozen=True)
@@ -224,9 +224,12 @@ def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[i
         iv = bootstrap_ratio_ci(sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy(), paired=True)
         rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "profile": str(prof), "batch_size": int(b),
                      "requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
-                     "measured": iv.estimate, "measured_ci_low": iv.low, "measured_ci_high": iv.high})
+                     "measured": iv.estimate, "measured_ci_low": iv.low, "measured_ci_high": iv.high,
+                     "measured_sd_throughput": float(sd_t.loc[keep].mean()),
+                     "measured_baseline_throughput": float(base_t.loc[keep].mean())})
     return pd.DataFrame(rows, columns=KEY + ["requests", "request_ids", "measured", "measured_ci_low",
-                                             "measured_ci_high"])
+                                             "measured_ci_high", "measured_sd_throughput",
+                                             "measured_baseline_throughput"])
 
 
 def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]],
@@ -247,9 +250,11 @@ def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[Tr
                      "method": cfg.label if cfg.mode != "controlled" else cfg.method,
                      "k": cfg.k, "mean_accepted": mean_accepted(w, spec, cost),
                      "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
-                     "simulated_ci_high": float(s["ci_high"])})
+                     "simulated_ci_high": float(s["ci_high"]), "simulated_sd_throughput": float(s["sd_throughput"]),
+                     "simulated_baseline_throughput": float(s["baseline_throughput"])})
     return pd.DataFrame(rows, columns=KEY + ["mode", "method", "k", "mean_accepted", "simulated",
-                                             "simulated_ci_low", "simulated_ci_high"])
+                                             "simulated_ci_low", "simulated_ci_high", "simulated_sd_throughput",
+                                             "simulated_baseline_throughput"])
 
 
 def paired_table(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
@@ -262,7 +267,7 @@ def paired_table(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFram
     out["error"] = out["simulated"] / out["measured"] - 1.0
     out["abs_error"] = out["error"].abs()
     out["within_measured_ci"] = (out["simulated"] >= out["measured_ci_low"]) & (out["simulated"] <= out["measured_ci_high"])
-    return out.sort_values(KEY).reset_index(drop=True)[COLUMNS]
+    return with_job_split(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
 
 
 def gap_closed(value: float, best_single: float, combine: float) -> float:
@@ -363,7 +368,7 @@ def summarise(table: pd.DataFrame) -> dict:
             "worst_abs_error": float(w["abs_error"]), "mean_error": float(table["error"].mean()),
             "worst": {c: (int(w[c]) if c in ("batch_size", "k") else str(w[c])) for c in
                       ("dataset", "config", "method", "k", "batch_size", "profile")},
-            "within_measured_ci": int(table["within_measured_ci"].sum())}
+            "within_measured_ci": int(table["within_measured_ci"].sum()), **job_split(table)}
 
 
 def repeat_check(table: pd.DataFrame) -> dict:

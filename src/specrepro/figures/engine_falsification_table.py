@@ -37,7 +37,9 @@ SPEC = FigureSpec(
         "jobs (median and largest |difference| of their speedups), below which no closed loop can be checked here; "
         "then the simulator against the draft jobs with their real acceptance: the calibration (controlled profiles, "
         "from nothing to everything accepted, at each k; results/simulator/engine-<exp>/calibration.csv) and the "
-        "measured upper bound (the oracle jobs; measured_bounds.csv). On a CPU run a timed job shares the cores with "
+        "measured upper bound (the oracle jobs; measured_bounds.csv), each with its error split by job (absolute: the "
+        "draft jobs' and the no-SD jobs' throughput against the cost model's, median |error|; a speedup divides the "
+        "two). On a CPU run a timed job shares the cores with "
         "one other job at a time unless its experiment sets exclusive_timing (config/cpu-closedloop.yaml does for "
         "SmolLM2; docs/ARTIFACT.md, ``Concurrent jobs'', measures what sharing shifts)."
     ),
@@ -85,8 +87,10 @@ def rows(doc: dict, drafted: dict | None = None) -> pd.DataFrame:
         if s.get("points"):
             out.append({"variant": v, "points": s["points"], "median_abs_error": s["median_abs_error"],
                         "worst_abs_error": s["worst_abs_error"], "mean_error": s.get("mean_error"),
-                        "ks": ", ".join(str(k) for k in s.get("ks") or [])})
-    return pd.DataFrame(out, columns=COLUMNS + ["ks"])
+                        "ks": ", ".join(str(k) for k in s.get("ks") or []),
+                        "sd_abs_error": s.get("median_abs_sd_error"),
+                        "baseline_abs_error": s.get("median_abs_baseline_error")})
+    return pd.DataFrame(out, columns=COLUMNS + ["ks", "sd_abs_error", "baseline_abs_error"])
 
 
 def to_latex(t: pd.DataFrame) -> str:
@@ -113,9 +117,11 @@ def to_latex(t: pd.DataFrame) -> str:
             continue
         if r.variant in ("calibration", "oracle"):
             ks = f", $k$ = {r.ks}" if isinstance(r.ks, str) and r.ks else ""
+            split = ("" if r.sd_abs_error is None or r.sd_abs_error != r.sd_abs_error else
+                     f"absolute: draft jobs {pct(r.sd_abs_error)}, no SD {pct(r.baseline_abs_error)}")
             lines += ([r"\midrule"] if r.variant == "calibration" else []) + [
                 f"{name}{ks} ({int(r.points)} points) & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & "
-                f"{pct(r.mean_error, True)} & \\multicolumn{{4}}{{l}}{{}} \\\\"]
+                f"{pct(r.mean_error, True)} & \\multicolumn{{4}}{{l}}{{{split}}} \\\\"]
             continue
         ratio = "--" if r.ratio is None or r.ratio != r.ratio else f"{r.ratio:.1f}"
         lines.append(f"{name} & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & {pct(r.mean_error, True)} & "
