@@ -93,14 +93,26 @@ def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int,
         keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
         if not keep:
             continue
-        iv = bootstrap_ratio_ci(sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy(), paired=True)
         rows.append({"exp": exp, "dataset": ds, "method": g["method"].iloc[0], "k": int(g["k"].iloc[0]),
                      "batch_size": int(b), "config": cfg, "requests": len(keep),
-                     "request_ids": tuple(ids[int(r)] for r in keep), "measured": iv.estimate,
-                     "measured_ci_low": iv.low, "measured_ci_high": iv.high,
-                     "measured_sd_throughput": float(sd_t.loc[keep].mean()),
-                     "measured_baseline_throughput": float(base_t.loc[keep].mean())})
+                     "request_ids": tuple(ids[int(r)] for r in keep), **measured_fields(sd_t, base_t, keep)})
     return _key_types(pd.DataFrame(rows, columns=MEASURED_COLUMNS))
+
+
+def measured_fields(sd_t: pd.Series, base_t: pd.Series, keep: Sequence) -> dict:
+    """A measured point's speedup on requests ``keep`` (mean SD throughput / mean no-SD throughput, indexed by
+    request) with its paired bootstrap interval, and both jobs' mean throughputs (the error's split by job)."""
+    sd, base = sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy()
+    iv = bootstrap_ratio_ci(sd, base, paired=True)
+    return {"measured": iv.estimate, "measured_ci_low": iv.low, "measured_ci_high": iv.high,
+            "measured_sd_throughput": float(sd.mean()), "measured_baseline_throughput": float(base.mean())}
+
+
+def simulated_fields(summary: Mapping) -> dict:
+    """A simulated point's columns from the simulator's summary row: speedup, interval, both mean throughputs."""
+    return {"simulated": float(summary["speedup"]), "simulated_ci_low": float(summary["ci_low"]),
+            "simulated_ci_high": float(summary["ci_high"]), "simulated_sd_throughput": float(summary["sd_throughput"]),
+            "simulated_baseline_throughput": float(summary["baseline_throughput"])}
 
 
 def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]], methods: Sequence[str],
@@ -124,10 +136,7 @@ def simulated_points(measured: pd.DataFrame, traces: Mapping[str, Sequence[Trace
         spec = SimSpec(slot, f"fixed-{int(r.k)}", ngram_match_prob=ngram_match, num_requests=len(recs), seed=seed)
         s = simulate(w, spec, [int(r.batch_size)], cost).summary.iloc[0]
         rows.append({"exp": r.exp, "dataset": r.dataset, "method": r.method, "k": int(r.k),
-                     "batch_size": int(r.batch_size), "request_ids": tuple(r.request_ids),
-                     "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
-                     "simulated_ci_high": float(s["ci_high"]), "simulated_sd_throughput": float(s["sd_throughput"]),
-                     "simulated_baseline_throughput": float(s["baseline_throughput"])})
+                     "batch_size": int(r.batch_size), "request_ids": tuple(r.request_ids), **simulated_fields(s)})
     return _key_types(pd.DataFrame(rows, columns=SIMULATED_COLUMNS))
 
 
@@ -147,16 +156,17 @@ def join(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         bad = out[[tuple(a) != tuple(b) for a, b in zip(out["request_ids"], out["request_ids_sim"])]]
         if len(bad):
             raise SpecReproError(f"key {tuple(bad[KEY].iloc[0])}: simulated and measured on different requests")
+    return with_errors(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
+
+
+def with_errors(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (simulated and measured side by side) with the error columns: ``error`` (simulated / measured - 1),
+    ``abs_error``, ``within_measured_ci`` and :data:`SPLIT_COLUMNS` from the ``simulated_/measured_{sd,baseline}
+    _throughput`` columns (NaN where a side lacks them, e.g. the falsification's no-traces prediction)."""
+    out = table.copy()
     out["error"] = out["simulated"] / out["measured"] - 1.0
     out["abs_error"] = out["error"].abs()
     out["within_measured_ci"] = (out["simulated"] >= out["measured_ci_low"]) & (out["simulated"] <= out["measured_ci_high"])
-    return with_job_split(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
-
-
-def with_job_split(table: pd.DataFrame) -> pd.DataFrame:
-    """``table`` with :data:`SPLIT_COLUMNS` from its ``simulated_/measured_{sd,baseline}_throughput`` columns (NaN
-    where a side lacks them, e.g. the falsification's no-traces prediction)."""
-    out = table.copy()
     for col, job in (("sd_error", "sd"), ("baseline_error", "baseline")):
         sim_t, meas_t = out.get(f"simulated_{job}_throughput"), out.get(f"measured_{job}_throughput")
         out[col] = (pd.to_numeric(sim_t) / pd.to_numeric(meas_t) - 1.0) if sim_t is not None and meas_t is not None \

@@ -40,11 +40,10 @@ from ..core.errors import SpecReproError
 from ..core.io import read_json, read_parquet, write_csv, write_json
 from ..core.traces import TraceRecord, read_trace
 from ..engine.results.metrics import load_points
-from ..core.uncertainty import bootstrap_ratio_ci
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import METHOD_LABELS, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
-from .closedloop import SPLIT_COLUMNS, experiment_inputs, job_split, with_job_split
+from .closedloop import SPLIT_COLUMNS, experiment_inputs, job_split, measured_fields, simulated_fields, with_errors
 from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
@@ -221,12 +220,9 @@ def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[i
         keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
         if not keep:
             continue
-        iv = bootstrap_ratio_ci(sd_t.loc[keep].to_numpy(), base_t.loc[keep].to_numpy(), paired=True)
         rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "profile": str(prof), "batch_size": int(b),
                      "requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
-                     "measured": iv.estimate, "measured_ci_low": iv.low, "measured_ci_high": iv.high,
-                     "measured_sd_throughput": float(sd_t.loc[keep].mean()),
-                     "measured_baseline_throughput": float(base_t.loc[keep].mean())})
+                     **measured_fields(sd_t, base_t, keep)})
     return pd.DataFrame(rows, columns=KEY + ["requests", "request_ids", "measured", "measured_ci_low",
                                              "measured_ci_high", "measured_sd_throughput",
                                              "measured_baseline_throughput"])
@@ -248,10 +244,7 @@ def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[Tr
         rows.append({"exp": r.exp, "dataset": r.dataset, "config": r.config, "profile": r.profile,
                      "batch_size": int(r.batch_size), "mode": cfg.mode,
                      "method": cfg.label if cfg.mode != "controlled" else cfg.method,
-                     "k": cfg.k, "mean_accepted": mean_accepted(w, spec, cost),
-                     "simulated": float(s["speedup"]), "simulated_ci_low": float(s["ci_low"]),
-                     "simulated_ci_high": float(s["ci_high"]), "simulated_sd_throughput": float(s["sd_throughput"]),
-                     "simulated_baseline_throughput": float(s["baseline_throughput"])})
+                     "k": cfg.k, "mean_accepted": mean_accepted(w, spec, cost), **simulated_fields(s)})
     return pd.DataFrame(rows, columns=KEY + ["mode", "method", "k", "mean_accepted", "simulated",
                                              "simulated_ci_low", "simulated_ci_high", "simulated_sd_throughput",
                                              "simulated_baseline_throughput"])
@@ -264,10 +257,7 @@ def paired_table(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFram
             raise SpecReproError(f"{name} speedups hold key {tuple(df.loc[df.duplicated(KEY), KEY].iloc[0])} twice")
     out = measured.drop(columns=["request_ids"], errors="ignore").merge(simulated, on=KEY, how="inner",
                                                                           validate="one_to_one")
-    out["error"] = out["simulated"] / out["measured"] - 1.0
-    out["abs_error"] = out["error"].abs()
-    out["within_measured_ci"] = (out["simulated"] >= out["measured_ci_low"]) & (out["simulated"] <= out["measured_ci_high"])
-    return with_job_split(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
+    return with_errors(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
 
 
 def gap_closed(value: float, best_single: float, combine: float) -> float:
@@ -333,7 +323,8 @@ def drafter_pass_ms(cost: CostModel, kv: float, k: int, batch_size: int = 1) -> 
     ``k + 1`` tokens of ``batch_size`` requests, in ms."""
     return {"first_pass_ms": 1e3 * float(cost.eagle_draft(kv, 1, batch_size)),
             "full_draft_ms": 1e3 * float(cost.eagle_draft(kv, k + 1, batch_size * (k + 1))),
-            "target_step_ms": 1e3 * float(cost.target(kv, batch_size * (k + 1)) + cost.overhead_at(batch_size * (k + 1), sd=False))}
+            "target_step_ms": 1e3 * float(cost.target(kv, batch_size * (k + 1))
+                                          + cost.overhead_at(batch_size * (k + 1), sd=False))}
 
 
 # --- configurations, summaries, the verb --------------------------------------------------------------------------
