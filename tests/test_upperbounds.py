@@ -121,6 +121,35 @@ def test_measured_speedup_uses_the_requests_both_ran_that_are_traced():
     assert m2.iloc[0]["measured"] == pytest.approx(30 / 20) and m2.iloc[0]["request_ids"] == ("r1",)
 
 
+def test_a_same_window_reference_is_the_speedups_baseline_and_its_drift_from_the_no_sd_job_is_stated():
+    """SD points that carry the no-SD reference their job timed beside them divide by it, not by the no-SD job (here
+    20 % faster than the references: a job that ran in a fast window); a configuration where one point lacks it
+    falls back to the no-SD job for all of its points."""
+    pts = _points([
+        ("e", "m", "none", None, "none", "ds", 0, 1, "ok", 12.0), ("e", "m", "none", None, "none", "ds", 1, 1, "ok", 24.0),
+        ("e", "m", "ngram", 3, "ngram-k3", "ds", 0, 1, "ok", 15.0), ("e", "m", "ngram", 3, "ngram-k3", "ds", 1, 1, "ok", 30.0),
+        ("e", "m", "eagle", 3, "eagle-k3", "ds", 0, 1, "ok", 8.0), ("e", "m", "eagle", 3, "eagle-k3", "ds", 1, 1, "ok", 16.0),
+    ])
+    pts["reference_throughput"] = [None, None, 10.0, 20.0, 11.0, None]
+    ids = {"ds": {0: "r0", 1: "r1"}}
+    m = closedloop.measured_points(pts, ids, {"ds": {"r0", "r1"}}, ["ngram", "eagle"]).set_index("method")
+    assert m.loc["ngram", "baseline"] == closedloop.SAME_WINDOW
+    assert m.loc["ngram", "measured"] == pytest.approx((15 + 30) / (10 + 20))
+    assert m.loc["ngram", "measured_baseline_throughput"] == pytest.approx(15.0)
+    assert m.loc["ngram", "reference_vs_job"] == pytest.approx(30 / 36 - 1)
+    assert m.loc["eagle", "baseline"] == closedloop.NO_SD_JOB and math.isnan(m.loc["eagle", "reference_vs_job"])
+    assert m.loc["eagle", "measured"] == pytest.approx((8 + 16) / (12 + 24))
+    sim = m.reset_index()[closedloop.KEY + ["request_ids"]].assign(
+        simulated=[1.4, 0.7], simulated_ci_low=np.nan, simulated_ci_high=np.nan,
+        simulated_sd_throughput=[21.0, 12.0], simulated_baseline_throughput=[15.0, 18.0])
+    table = closedloop.join(sim, m.reset_index())
+    s = closedloop.summarise(table)
+    assert s["same_window_points"] == 1 and s["worst_reference_vs_job"] == pytest.approx(30 / 36 - 1)
+    text = closedloop.explanation(s, {}, "cpu")
+    assert "1 of the 2 speedups divide by a no-SD reference timed beside each point" in text
+    assert "differ from the no-SD job's throughput by 17 % in the median, up to -17 %" in text
+
+
 def test_ranking_counts_discordant_pairs_within_a_dataset_and_batch_size():
     t = pd.DataFrame({"exp": "e", "dataset": ["a", "a", "a", "b", "b"], "batch_size": 1,
                       "measured": [1.0, 2.0, 3.0, 1.0, 2.0], "simulated": [1.5, 1.4, 3.0, 1.0, 2.0]})

@@ -151,11 +151,17 @@ def test_the_closed_loop_overlay_runs_smollm2_alone_at_8_requests(tmp_path):
     assert len(timed) == jobs["engine_bench"] + jobs["engine_profile"] + jobs["engine_draft_bench"]
     assert all(re.search(r"OMP_NUM_THREADS=1 GOTO_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1 "
                          r"VECLIB_MAXIMUM_THREADS=1 NUMEXPR_NUM_THREADS=1 +specrepro ", ln) for ln in timed)
+    # paired_reference: every SD benchmark and draft job times its no-SD reference beside each point; the no-SD
+    # benchmark and the profiled passes (the cost model's steps) do not
+    paired = [ln for ln in timed if '"reference": true' in ln]
+    assert len(paired) == jobs["engine_bench"] - 1 + jobs["engine_draft_bench"]
+    assert not any(re.search(r'specrepro profile|"method": "none"', ln) for ln in paired)
     # the main CPU run's do not (its 25-minute budget): one thread each, two jobs at once
-    proc = run_snakemake(["-n", "--cores", "2", "--configfile", CPU, "--directory", str(tmp_path / "main"), "--",
+    proc = run_snakemake(["-n", "-p", "--cores", "2", "--configfile", CPU, "--directory", str(tmp_path / "main"), "--",
                           *targets[:1]])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set().union(*_threads_by_rule(proc.stdout).values()) == {1}
+    assert "specrepro bench --spec" in proc.stdout and '"reference"' not in proc.stdout  # nor references
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"experiment_overrides": {"smollm3": {"num_requests": 8}}}))
     proc = run_snakemake(["--cores", "1", "--configfile", CPU, str(bad), "--directory", str(tmp_path / "bad")])

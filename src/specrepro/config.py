@@ -422,6 +422,9 @@ def _tree_study_problems(config: Mapping[str, Any]) -> Iterator[str]:
         if engine == "sglang" and cpu:
             yield (f"config error: experiments[{i}].engine = \"sglang\": SGLang runs on NVIDIA GPUs only "
                    "(run.kind gpu); leave this experiment out of a CPU run")
+        if engine == "sglang" and exp.get("paired_reference"):
+            yield (f"config error: experiments[{i}].paired_reference: the same-window no-SD reference runs beside vLLM "
+                   "engines only (specrepro.engine.run.reference); drop it from this SGLang experiment")
         for j, m in enumerate(exp.get("methods", [])):
             where = f"experiments[{i}].methods[{j}]"
             if engine == "sglang" and m["method"] not in ("none", *SGLANG_ALGORITHM):

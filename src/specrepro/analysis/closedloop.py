@@ -53,7 +53,7 @@ from ..engine.results.metrics import load_points
 #: the key a simulated and a measured speedup must share
 KEY = ["exp", "dataset", "method", "k", "batch_size"]
 MEASURED_COLUMNS = KEY + ["config", "requests", "request_ids", "measured", "measured_ci_low", "measured_ci_high",
-                          "measured_sd_throughput", "measured_baseline_throughput"]
+                          "measured_sd_throughput", "measured_baseline_throughput", "baseline", "reference_vs_job"]
 SIMULATED_COLUMNS = KEY + ["request_ids", "simulated", "simulated_ci_low", "simulated_ci_high",
                            "simulated_sd_throughput", "simulated_baseline_throughput"]
 #: the speedup's error split by job: ``sd_error`` (the SD job's mean throughput, simulated / measured - 1) and
@@ -61,7 +61,8 @@ SIMULATED_COLUMNS = KEY + ["request_ids", "simulated", "simulated_ci_low", "simu
 #: job that ran slow moves every SD point of its (dataset, B) the same way
 SPLIT_COLUMNS = ["sd_error", "baseline_error"]
 COLUMNS = KEY + ["config", "requests", "measured", "measured_ci_low", "measured_ci_high", "simulated",
-                 "simulated_ci_low", "simulated_ci_high", "error", "abs_error", "within_measured_ci", *SPLIT_COLUMNS]
+                 "simulated_ci_low", "simulated_ci_high", "error", "abs_error", "within_measured_ci", *SPLIT_COLUMNS,
+                 "baseline", "reference_vs_job"]
 
 
 def _key_types(df: pd.DataFrame) -> pd.DataFrame:
@@ -89,14 +90,40 @@ def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int,
         ids = request_ids.get(ds, {})
         bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
         sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
-        base_t = bb.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+        base_t, source = baseline_throughputs(g, bb)
         keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
         if not keep:
             continue
         rows.append({"exp": exp, "dataset": ds, "method": g["method"].iloc[0], "k": int(g["k"].iloc[0]),
                      "batch_size": int(b), "config": cfg, "requests": len(keep),
-                     "request_ids": tuple(ids[int(r)] for r in keep), **measured_fields(sd_t, base_t, keep)})
+                     "request_ids": tuple(ids[int(r)] for r in keep), **measured_fields(sd_t, base_t, keep),
+                     "baseline": source, "reference_vs_job": reference_vs_job(base_t, source, bb, keep)})
     return _key_types(pd.DataFrame(rows, columns=MEASURED_COLUMNS))
+
+
+#: ``baseline`` of a measured point: the no-SD reference its own job timed beside each point (same window), or the
+#: experiment's no-SD job
+SAME_WINDOW, NO_SD_JOB = "same-window reference", "no-SD job"
+
+
+def baseline_throughputs(sd: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.Series, str]:
+    """The no-SD throughput per request (indexed by ``request_index``) that the SD points ``sd`` (one configuration,
+    dataset and B) divide by: their own ``reference_throughput`` where every one of them has it (the experiment's
+    ``paired_reference``: :mod:`specrepro.engine.run.reference`), else the no-SD job's points ``base``; and which
+    (:data:`SAME_WINDOW`, :data:`NO_SD_JOB`)."""
+    if "reference_throughput" in sd and len(sd) and pd.to_numeric(sd["reference_throughput"]).notna().all():
+        ref = sd.drop_duplicates("request_index").set_index("request_index")["reference_throughput"]
+        return pd.to_numeric(ref).astype(float), SAME_WINDOW
+    return base.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float), NO_SD_JOB
+
+
+def reference_vs_job(base_t: pd.Series, source: str, base: pd.DataFrame, keep: Sequence) -> float:
+    """A same-window reference's mean throughput over ``keep`` against the no-SD job's on the same requests, minus 1:
+    the drift between jobs that dividing by the no-SD job would have put into the speedup; NaN otherwise."""
+    job = base.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+    if source != SAME_WINDOW or not set(keep) <= set(job.index):
+        return float("nan")
+    return float(base_t.loc[keep].mean() / job.loc[keep].mean() - 1.0)
 
 
 def measured_fields(sd_t: pd.Series, base_t: pd.Series, keep: Sequence) -> dict:
@@ -156,7 +183,18 @@ def join(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
         bad = out[[tuple(a) != tuple(b) for a, b in zip(out["request_ids"], out["request_ids_sim"])]]
         if len(bad):
             raise SpecReproError(f"key {tuple(bad[KEY].iloc[0])}: simulated and measured on different requests")
-    return with_errors(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
+    return with_baseline(with_errors(out)).sort_values(KEY).reset_index(drop=True)[COLUMNS]
+
+
+def with_baseline(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with the ``baseline`` and ``reference_vs_job`` columns, where its measured side lacks them (a
+    measurement that names no reference divides by the no-SD job)."""
+    out = table.copy()
+    if "baseline" not in out:
+        out["baseline"] = NO_SD_JOB
+    if "reference_vs_job" not in out:
+        out["reference_vs_job"] = np.nan
+    return out
 
 
 def with_errors(table: pd.DataFrame) -> pd.DataFrame:
@@ -255,10 +293,18 @@ def job_split(table: pd.DataFrame) -> dict:
         return {}
     base = t.groupby([c for c in ("exp", "dataset", "batch_size") if c in t], as_index=False)["baseline_error"].median()
     w = base.loc[base["baseline_error"].abs().idxmax()]
-    return {"median_abs_sd_error": float(t["sd_error"].abs().median()), "baseline_jobs": int(len(base)),
-            "median_abs_baseline_error": float(base["baseline_error"].abs().median()),
-            "worst_baseline": {"dataset": str(w["dataset"]), "batch_size": int(w["batch_size"]),
-                               "baseline_error": float(w["baseline_error"])}}
+    out = {"median_abs_sd_error": float(t["sd_error"].abs().median()), "baseline_jobs": int(len(base)),
+           "median_abs_baseline_error": float(base["baseline_error"].abs().median()),
+           "worst_baseline": {"dataset": str(w["dataset"]), "batch_size": int(w["batch_size"]),
+                              "baseline_error": float(w["baseline_error"])}}
+    if "baseline" in t:
+        paired = t[t["baseline"] == SAME_WINDOW]
+        out["same_window_points"] = int(len(paired))
+        drift = pd.to_numeric(paired.get("reference_vs_job", pd.Series(dtype=float))).dropna()
+        if len(drift):
+            out["median_abs_reference_vs_job"] = float(drift.abs().median())
+            out["worst_reference_vs_job"] = float(drift.loc[drift.abs().idxmax()])
+    return out
 
 
 def in_sample(table: pd.DataFrame, profiled: set[tuple[str, str]], fit_source: str | None) -> pd.Series:
@@ -387,7 +433,18 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     else:
         parts.append("no point is in-sample (the profiled passes ran none of the benchmark's requests)")
     why = []
-    if r.get("baseline_jobs"):
+    paired = r.get("same_window_points") or 0
+    if paired:
+        text = (f"every speedup divides by a no-SD reference its own job timed beside each point (same window)"
+                if paired == r.get("points") else
+                f"{paired} of the {r.get('points')} speedups divide by a no-SD reference timed beside each point "
+                "(same window), the others by the no-SD job")
+        if r.get("median_abs_reference_vs_job") is not None:
+            text += (f"; those references differ from the no-SD job's throughput by "
+                     f"{100 * r['median_abs_reference_vs_job']:.0f} % in the median, up to "
+                     f"{100 * r['worst_reference_vs_job']:+.0f} %: the drift between jobs the pairing keeps out")
+        why.append(text)
+    if r.get("baseline_jobs") and paired != r.get("points"):
         wb = r["worst_baseline"]
         why.append(f"in absolute throughput the cost model is off by {100 * r['median_abs_sd_error']:.0f} % on the SD "
                    f"jobs and {100 * r['median_abs_baseline_error']:.0f} % on the no-SD ones (medians; the no-SD job "

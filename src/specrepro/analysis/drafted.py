@@ -43,7 +43,10 @@ from ..engine.results.metrics import load_points
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import METHOD_LABELS, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
-from .closedloop import SPLIT_COLUMNS, experiment_inputs, job_split, measured_fields, simulated_fields, with_errors
+from .closedloop import (
+    SPLIT_COLUMNS, baseline_throughputs, experiment_inputs, job_split, measured_fields, reference_vs_job,
+    simulated_fields, with_baseline, with_errors,
+)
 from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
@@ -56,7 +59,7 @@ MODES = ("fixed", "controlled", "oracle", "hybrid")
 KEY = ["exp", "dataset", "config", "profile", "batch_size"]
 COLUMNS = KEY + ["mode", "method", "k", "mean_accepted", "requests", "measured", "measured_ci_low",
                  "measured_ci_high", "simulated", "simulated_ci_low", "simulated_ci_high", "error", "abs_error",
-                 "within_measured_ci", *SPLIT_COLUMNS]
+                 "within_measured_ci", *SPLIT_COLUMNS, "baseline", "reference_vs_job"]
 
 
 @dataclass(frozen=True)
@@ -216,16 +219,17 @@ def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[i
         ids = request_ids.get(ds, {})
         bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
         sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
-        base_t = bb.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+        base_t, source = baseline_throughputs(g, bb)
         keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
         if not keep:
             continue
         rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "profile": str(prof), "batch_size": int(b),
                      "requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
-                     **measured_fields(sd_t, base_t, keep)})
+                     **measured_fields(sd_t, base_t, keep), "baseline": source,
+                     "reference_vs_job": reference_vs_job(base_t, source, bb, keep)})
     return pd.DataFrame(rows, columns=KEY + ["requests", "request_ids", "measured", "measured_ci_low",
                                              "measured_ci_high", "measured_sd_throughput",
-                                             "measured_baseline_throughput"])
+                                             "measured_baseline_throughput", "baseline", "reference_vs_job"])
 
 
 def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[TraceRecord]],
@@ -257,7 +261,7 @@ def paired_table(simulated: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFram
             raise SpecReproError(f"{name} speedups hold key {tuple(df.loc[df.duplicated(KEY), KEY].iloc[0])} twice")
     out = measured.drop(columns=["request_ids"], errors="ignore").merge(simulated, on=KEY, how="inner",
                                                                           validate="one_to_one")
-    return with_errors(out).sort_values(KEY).reset_index(drop=True)[COLUMNS]
+    return with_baseline(with_errors(out)).sort_values(KEY).reset_index(drop=True)[COLUMNS]
 
 
 def gap_closed(value: float, best_single: float, combine: float) -> float:

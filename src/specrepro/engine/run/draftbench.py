@@ -30,7 +30,7 @@ from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, draft_plans, prompt_key, ref
 from ...jobspec.hooks import DIR_ENV, MODE_ENV, STEP_FILE
 from .draftrecords import draft_steps, draft_summary, trace_mismatches
 from . import drafts as hook
-from .bench import _warmup, plan_points, run_point
+from .bench import _warmup, open_reference, plan_points, run_point
 from .llm import open_llm
 
 
@@ -57,10 +57,11 @@ def reference_requests(trace_files: Sequence[str | os.PathLike]) -> list[dict]:
 def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd.DataFrame], output: str | os.PathLike, *,
                     model_dir: str, drafter_dir: str | None, traces: Sequence[str] = (), cost_model: str | None = None,
                     vllm_version: str | None = None, provenance: Mapping[str, Any] | None = None,
-                    none_points: str | None = None, log=sys.stderr) -> pd.DataFrame:
+                    none_points: str | None = None, log=sys.stderr, reference=None) -> pd.DataFrame:
     """Run every plan of the draft job in ``spec_blob`` (a :func:`specrepro.jobspec.drafts.draft_bench_spec`) over
     its points; ``traces``: the keep-one trace files it reads, ``cost_model``: the run's fitted model (the adaptive
-    hybrid), ``none_points``: the no-SD bench points each output is compared with (column ``lossless``)."""
+    hybrid), ``none_points``: the no-SD bench points each output is compared with (column ``lossless``); ``reference``: opens
+    the same-window no-SD reference (:func:`specrepro.engine.run.bench.run_sweep`)."""
     d = json.loads(spec_blob) if isinstance(spec_blob, str) else dict(spec_blob)
     job = d.pop("draft")
     spec = BenchSpec(**d)
@@ -87,6 +88,37 @@ def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd
     t_load = time.perf_counter() - t0
     if spec.engine.get("warmup", True):
         _warmup(llm, spec, prompts)
+    base = base_fields(spec, job, label, provenance)
+    ref, ref_error = open_reference(reference, True, log)
+    try:
+        rows, step_tables = _run_plans(llm, spec, prompts, plans, job, base, rec_dir, none_points, ref, log)
+    finally:
+        if ref is not None:
+            ref.close()
+    df = pd.DataFrame(rows)
+    write_parquet(output, df)
+    steps = pd.concat(step_tables, ignore_index=True) if step_tables else pd.DataFrame()
+    write_parquet(output.with_name(output.stem + ".steps.parquet"), steps)
+    write_json(output.with_suffix(".json"), {
+        **base, "profiles": list(plans), "points": len(df), "load_s": t_load,
+        "elapsed_s": time.perf_counter() - t_job, "departed_requests": int(df["departed_requests"].sum()),
+        "counters_agree": bool(df["counters_agree"].all()), "drafter_charge": "full",
+        "lossless": None if df["lossless"].isna().all() else bool(df["lossless"].fillna(False).all()),
+        **({"reference": ref is not None, "reference_error": ref_error} if reference is not None else {})})
+    return df
+
+
+def base_fields(spec: BenchSpec, job: Mapping[str, Any], label: str, provenance: Mapping[str, Any] | None) -> dict:
+    """The columns every point of a draft job shares."""
+    return {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": label,
+            "mode": job["mode"], **dict(provenance or {})}
+
+
+def _run_plans(llm, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], plans: Mapping[str, Any],
+               job: Mapping[str, Any], base: Mapping[str, Any], rec_dir: Path, none_points: str | None, reference,
+               log) -> tuple[list[dict], list[pd.DataFrame]]:
+    """Every plan's points (rows) and per-step records (tables), each plan set in the engine's hook in turn."""
+    label = base["config"]
     drafts_tail, steps_tail = JsonlTail(rec_dir / DRAFT_FILE), JsonlTail(rec_dir / STEP_FILE)
     drafts_tail.new(), steps_tail.new()
     rows, step_tables = [], []
@@ -95,15 +127,18 @@ def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd
         nd = pd.read_parquet(none_points)
         ref_out = {(str(a), int(b), int(c)): list(o) for a, b, c, o in
                    zip(nd["dataset"], nd["request_index"], nd["batch_size"], nd["output_token_ids"])}
-    base = {"exp": spec.exp, "model": spec.model, "method": spec.method, "k": spec.k, "config": label,
-            "mode": job["mode"], **dict(provenance or {})}
+    i = 0
     for name, plan in plans.items():
         hook.set_plan(plan)
         for ds, r, b in plan_points(spec, prompts):
             table = prompts[ds]
             row = {**base, "profile": name, "dataset": ds, "request_index": r,
                    "request_id": str(table.iloc[r]["request_id"]), "batch_size": b}
-            row.update(run_point(llm, spec, table, ds, r, b))
+            if reference is not None:
+                row.update(reference.paired(lambda: run_point(llm, spec, table, ds, r, b), i, ds, r, b))
+            else:
+                row.update(run_point(llm, spec, table, ds, r, b))
+            i += 1
             want = ref_out.get((ds, r, b))
             row["lossless"] = None if want is None else bool(list(row["output_token_ids"]) == want
                                                               and row["distinct_outputs"] == 1)
@@ -121,13 +156,4 @@ def run_draft_sweep(spec_blob: str | Mapping[str, Any], prompts: Mapping[str, pd
             step_tables.append(st.assign(profile=name, dataset=ds, request_index=r, batch_size=b))
             print(f"{spec.exp} {label} {name} {ds} request {r} B={b}: {row['wall_s']:.2f} s, "
                   f"departed {summ['departed_requests']}, counters agree {summ['counters_agree']}", file=log)
-    df = pd.DataFrame(rows)
-    write_parquet(output, df)
-    steps = pd.concat(step_tables, ignore_index=True) if step_tables else pd.DataFrame()
-    write_parquet(output.with_name(output.stem + ".steps.parquet"), steps)
-    write_json(output.with_suffix(".json"), {
-        **base, "profiles": list(plans), "points": len(df), "load_s": t_load,
-        "elapsed_s": time.perf_counter() - t_job, "departed_requests": int(df["departed_requests"].sum()),
-        "counters_agree": bool(df["counters_agree"].all()), "drafter_charge": "full",
-        "lossless": None if df["lossless"].isna().all() else bool(df["lossless"].fillna(False).all())})
-    return df
+    return rows, step_tables

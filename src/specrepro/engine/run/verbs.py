@@ -59,11 +59,24 @@ def _bench(sub) -> None:
 
         spec, prompts, target, drafter, prov = sweep_inputs(a, "vllm", device=device_name())
         df = run_sweep(spec, prompts, a.output, model_dir=target["path"], drafter_dir=drafter["path"] if drafter else None,
-                       provenance=prov, retry_failed=a.retry_failed)
+                       provenance=prov, retry_failed=a.retry_failed, reference=_reference(spec, prompts, target))
         bad = int((df["status"] != "ok").sum())
         print(f"{a.output}: {len(df)} points ({bad} failed)", file=sys.stderr)
 
     p.set_defaults(func=run)
+
+
+def _reference(spec, prompts, target):
+    """The factory of a sweep's same-window no-SD reference (the spec's ``reference``), else None."""
+    if not spec.reference:
+        return None
+
+    def open_it():
+        from .reference import ReferenceEngine
+
+        return ReferenceEngine(spec, prompts, target["path"])
+
+    return open_it
 
 
 def _draft_bench(sub) -> None:
@@ -84,7 +97,7 @@ def _draft_bench(sub) -> None:
         df = run_draft_sweep({**blob, "draft": draft}, prompts, a.output, model_dir=target["path"],
                              drafter_dir=drafter["path"] if drafter else None, traces=a.traces,
                              cost_model=a.cost_model, vllm_version=prov["engine_version"], provenance=prov,
-                             none_points=a.none_points)
+                             none_points=a.none_points, reference=_reference(spec, prompts, target))
         print(f"{a.output}: {len(df)} points", file=sys.stderr)
 
     p.set_defaults(func=run)
