@@ -409,9 +409,11 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     if r.get("mean_error") is not None:
         pos, n, mean = r.get("optimistic_points", 0), summary["points"], r["mean_error"]
         lean = "optimistic" if mean > 0 else "pessimistic"
+        # under half a percent the rounded lean would read "by about 0 %"
+        leans = (f"so the simulator is {lean} here by about {100 * abs(mean):.0f} %" if abs(mean) >= 0.005
+                 else "so the simulator leans neither way here")
         parts.append(f"the error has a sign: {pos} of {n} simulated speedups lie above the measured ones (mean error "
-                     f"{100 * mean:+.0f} %, median {100 * r.get('median_error', 0):+.0f} %), so the simulator is {lean} "
-                     f"here by about {100 * abs(mean):.0f} %")
+                     f"{round(100 * mean):+d} %, median {round(100 * r.get('median_error', 0)):+d} %), {leans}")
     if r.get("groups"):
         parts.append(f"the simulator orders the configurations as measured in {r['groups_agreeing']} of {r['groups']} "
                      f"(dataset, batch size) groups ({r['concordant_pairs']} pairs concordant, {r['discordant_pairs']} "

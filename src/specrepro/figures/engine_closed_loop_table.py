@@ -71,7 +71,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
         lines.append(f"{tex_escape(ctx.dataset_label(r.dataset))}{mark} & {tex_escape(cfg)} & {int(r.batch_size)} & "
                      f"{int(r.requests)} & {_with_interval(r.measured, r.measured_ci_low, r.measured_ci_high, r.requests)} & "
                      f"{_with_interval(r.simulated, r.simulated_ci_low, r.simulated_ci_high, r.requests)} & "
-                     f"{100 * r.error:+.0f}\\,\\% \\\\")
+                     f"{round(100 * r.error):+d}\\,\\% \\\\")  # round(): no "-0 %"
     if not len(t):
         lines.append(r"\multicolumn{7}{c}{no configuration both benchmarked and traced} \\")
     note = " ".join(x for x in (few_requests_sentence(t), summary.get("explanation", "")) if x)
