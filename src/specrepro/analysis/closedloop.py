@@ -87,18 +87,32 @@ def measured_points(points: pd.DataFrame, request_ids: Mapping[str, Mapping[int,
     sd = ok[ok["method"].isin(list(methods)) & ok["k"].notna()
             & ~ok["config"].astype(str).str.endswith("-bs") & ~ok["config"].astype(str).str.contains("-tree")]
     for (exp, ds, cfg, b), g in sd.groupby(["exp", "dataset", "config", "batch_size"], sort=True):
-        ids = request_ids.get(ds, {})
         bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
-        sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
-        base_t, source = baseline_throughputs(g, bb)
-        keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
-        if not keep:
-            continue
-        rows.append({"exp": exp, "dataset": ds, "method": g["method"].iloc[0], "k": int(g["k"].iloc[0]),
-                     "batch_size": int(b), "config": cfg, "requests": len(keep),
-                     "request_ids": tuple(ids[int(r)] for r in keep), **measured_fields(sd_t, base_t, keep),
-                     "baseline": source, "reference_vs_job": reference_vs_job(base_t, source, bb, keep)})
+        point = measured_point(g, bb, request_ids.get(ds, {}), traced.get(ds, set()))
+        if point:
+            rows.append({"exp": exp, "dataset": ds, "method": g["method"].iloc[0], "k": int(g["k"].iloc[0]),
+                         "batch_size": int(b), "config": cfg, **point})
     return _key_types(pd.DataFrame(rows, columns=MEASURED_COLUMNS))
+
+
+def per_request(points: pd.DataFrame, column: str = "throughput") -> pd.Series:
+    """``column`` of ``points`` (one configuration, dataset and B) by ``request_index``, as floats."""
+    return pd.to_numeric(points.drop_duplicates("request_index").set_index("request_index")[column]).astype(float)
+
+
+def measured_point(sd: pd.DataFrame, base: pd.DataFrame, ids: Mapping[int, str], traced: set[str]) -> dict | None:
+    """The measured columns of one SD configuration at one (dataset, B) (``sd``: its points; ``base``: the no-SD job's
+    at the same dataset and B; ``ids``: request_index -> request id; ``traced``: the trace set's ids) on the requests
+    both sides ran that are traced: ``requests``, ``request_ids``, :func:`measured_fields`, ``baseline`` and
+    ``reference_vs_job``; None where no request qualifies."""
+    sd_t = per_request(sd)
+    base_t, source = baseline_throughputs(sd, base)
+    keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced)
+    if not keep:
+        return None
+    return {"requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
+            **measured_fields(sd_t, base_t, keep), "baseline": source,
+            "reference_vs_job": reference_vs_job(base_t, source, base, keep)}
 
 
 #: ``baseline`` of a measured point: the no-SD reference its own job timed beside each point (same window), or the
@@ -112,15 +126,14 @@ def baseline_throughputs(sd: pd.DataFrame, base: pd.DataFrame) -> tuple[pd.Serie
     ``paired_reference``: :mod:`specrepro.engine.run.reference`), else the no-SD job's points ``base``; and which
     (:data:`SAME_WINDOW`, :data:`NO_SD_JOB`)."""
     if "reference_throughput" in sd and len(sd) and pd.to_numeric(sd["reference_throughput"]).notna().all():
-        ref = sd.drop_duplicates("request_index").set_index("request_index")["reference_throughput"]
-        return pd.to_numeric(ref).astype(float), SAME_WINDOW
-    return base.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float), NO_SD_JOB
+        return per_request(sd, "reference_throughput"), SAME_WINDOW
+    return per_request(base), NO_SD_JOB
 
 
 def reference_vs_job(base_t: pd.Series, source: str, base: pd.DataFrame, keep: Sequence) -> float:
     """A same-window reference's mean throughput over ``keep`` against the no-SD job's on the same requests, minus 1:
     the drift between jobs that dividing by the no-SD job would have put into the speedup; NaN otherwise."""
-    job = base.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
+    job = per_request(base)
     if source != SAME_WINDOW or not set(keep) <= set(job.index):
         return float("nan")
     return float(base_t.loc[keep].mean() / job.loc[keep].mean() - 1.0)

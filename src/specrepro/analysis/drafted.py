@@ -44,8 +44,7 @@ from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import METHOD_LABELS, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
 from .closedloop import (
-    SPLIT_COLUMNS, baseline_throughputs, experiment_inputs, job_split, measured_fields, reference_vs_job,
-    simulated_fields, with_baseline, with_errors,
+    SPLIT_COLUMNS, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline, with_errors,
 )
 from .falsify import FACTOR, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
@@ -216,17 +215,11 @@ def measured_by_config(points: pd.DataFrame, request_ids: Mapping[str, Mapping[i
     rows = []
     for (exp, ds, cfg, prof, b), g in ok[want].groupby(["exp", "dataset", "config", "profile", "batch_size"],
                                                         sort=True):
-        ids = request_ids.get(ds, {})
         bb = base[(base["exp"] == exp) & (base["dataset"] == ds) & (base["batch_size"] == b)]
-        sd_t = g.drop_duplicates("request_index").set_index("request_index")["throughput"].astype(float)
-        base_t, source = baseline_throughputs(g, bb)
-        keep = sorted(r for r in set(sd_t.index) & set(base_t.index) if ids.get(int(r)) in traced.get(ds, set()))
-        if not keep:
-            continue
-        rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "profile": str(prof), "batch_size": int(b),
-                     "requests": len(keep), "request_ids": tuple(ids[int(r)] for r in keep),
-                     **measured_fields(sd_t, base_t, keep), "baseline": source,
-                     "reference_vs_job": reference_vs_job(base_t, source, bb, keep)})
+        point = measured_point(g, bb, request_ids.get(ds, {}), traced.get(ds, set()))
+        if point:
+            rows.append({"exp": str(exp), "dataset": str(ds), "config": str(cfg), "profile": str(prof),
+                         "batch_size": int(b), **point})
     return pd.DataFrame(rows, columns=KEY + ["requests", "request_ids", "measured", "measured_ci_low",
                                              "measured_ci_high", "measured_sd_throughput",
                                              "measured_baseline_throughput", "baseline", "reference_vs_job"])

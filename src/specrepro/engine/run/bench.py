@@ -155,10 +155,7 @@ def run_points(point_fn, engine, spec: BenchSpec, prompts: Mapping[str, pd.DataF
             done[(ds, r, b)] = row
             continue
         try:
-            if reference is not None:
-                row.update(reference.paired(lambda: point_fn(engine, spec, table, ds, r, b), i, ds, r, b))
-            else:
-                row.update(point_fn(engine, spec, table, ds, r, b))
+            row.update(timed_point(lambda: point_fn(engine, spec, table, ds, r, b), reference, i, ds, r, b))
         except Exception as exc:  # noqa: BLE001 - an engine error is a result of this point
             row.update(status="failed", error=f"{type(exc).__name__}: {exc}".splitlines()[0][:500])
             print(f"{spec.exp} {spec.label} {ds} request {r} B={b}: failed: {row['error']}", file=log)
@@ -257,6 +254,12 @@ def run_sweep(
         del llm
         gc.collect()
     return df
+
+
+def timed_point(point: Callable[[], dict], reference, index: int, ds: str, r: int, b: int) -> dict:
+    """``point()``'s fields, timed beside its same-window reference where the sweep has one
+    (:meth:`specrepro.engine.run.reference.ReferenceEngine.paired`)."""
+    return point() if reference is None else reference.paired(point, index, ds, r, b)
 
 
 def open_reference(factory: Callable[[], Any] | None, wanted: bool, log) -> tuple[Any, str | None]:

@@ -30,7 +30,7 @@ from ...jobspec.drafts import DRAFT_FILE, PLAN_ENV, draft_plans, prompt_key, ref
 from ...jobspec.hooks import DIR_ENV, MODE_ENV, STEP_FILE
 from .draftrecords import draft_steps, draft_summary, trace_mismatches
 from . import drafts as hook
-from .bench import _warmup, open_reference, plan_points, run_point
+from .bench import _warmup, open_reference, plan_points, run_point, timed_point
 from .llm import open_llm
 
 
@@ -134,10 +134,7 @@ def _run_plans(llm, spec: BenchSpec, prompts: Mapping[str, pd.DataFrame], plans:
             table = prompts[ds]
             row = {**base, "profile": name, "dataset": ds, "request_index": r,
                    "request_id": str(table.iloc[r]["request_id"]), "batch_size": b}
-            if reference is not None:
-                row.update(reference.paired(lambda: run_point(llm, spec, table, ds, r, b), i, ds, r, b))
-            else:
-                row.update(run_point(llm, spec, table, ds, r, b))
+            row.update(timed_point(lambda: run_point(llm, spec, table, ds, r, b), reference, i, ds, r, b))
             i += 1
             want = ref_out.get((ds, r, b))
             row["lossless"] = None if want is None else bool(list(row["output_token_ids"]) == want
