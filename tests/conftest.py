@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -11,8 +12,17 @@ from pathlib import Path
 
 import pytest
 
+from _infra import scontrol_without_controller
+
 # the marker scheme (slow/e2e/slurm/engine), checked on every test while it runs (tests/_markers.py)
 pytest_plugins = ["_markers"]
+
+# every Snakemake start (dry runs, the DAG probes, the markers plugin's parser) skips the SLURM plugin's 9-s wait for a
+# controller that is down (tests/_infra.py); this process and every subprocess of the session see it first on PATH
+_NO_CONTROLLER = scontrol_without_controller()
+if _NO_CONTROLLER is not None:
+    os.environ["PATH"] = f"{_NO_CONTROLLER}{os.pathsep}{os.environ.get('PATH', '')}"
+    atexit.register(shutil.rmtree, _NO_CONTROLLER, True)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = (REPO / ".." / "shared" / "traces" / "llama3.1-8B-H100").resolve()

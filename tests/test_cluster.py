@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from _infra import REPO, env_with, fake_apptainer
+from _infra import REPO, env_with, fake_apptainer, slurm_controller_listens
 from specrepro.core.cluster import engine_resources
 
 slurm_plugin = pytest.importorskip("snakemake_executor_plugin_slurm")
@@ -82,8 +82,8 @@ def test_profile_and_dag_give_the_gpu_rule_its_gpu(tmp_path):
 
 
 def slurm_is_up() -> bool:
-    """A controller answers (slurm-wlm being installed is not enough)."""
-    if not shutil.which("sinfo"):
+    """A controller answers (slurm-wlm being installed is not enough); where none listens, without sinfo's 9-s wait."""
+    if not shutil.which("sinfo") or not slurm_controller_listens():
         return False
     try:
         return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=20).returncode == 0
