@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
+from ..analysis.closedloop import DRIFT_NOTED
 from ..analysis.falsify import ORDERINGS, VARIANTS
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import tex_escape
@@ -39,8 +40,10 @@ SPEC = FigureSpec(
         "from nothing to everything accepted, at each k; results/simulator/engine-<exp>/calibration.csv) and the "
         "measured upper bound (the oracle jobs; measured_bounds.csv), each with its error split by job (absolute: the "
         "draft jobs' and the no-SD jobs' throughput against the cost model's, median |error|; a speedup divides the "
-        "two). On a CPU run a timed job shares the cores with "
-        "one other job at a time unless its experiment sets exclusive_timing (config/cpu-closedloop.yaml does for "
+        "two); where one draft job's same-window references lay more than " f"{100 * DRIFT_NOTED:.0f}"
+        " % from the no-SD job (median; a slow window, which the pairing cancels only as far as it hits SD and no-SD "
+        "steps alike), an indented row gives the same check without that job, and its references' median. On a CPU "
+        "run a timed job shares the cores with one other job at a time unless its experiment sets exclusive_timing (config/cpu-closedloop.yaml does for "
         "SmolLM2; docs/ARTIFACT.md, ``Concurrent jobs'', measures what sharing shifts)."
     ),
     paper_statement="The paper does not compare its simulator with its measured speedups.",
@@ -52,6 +55,8 @@ LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapp
           "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
           "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: the same configuration, another job",
           "calibration": "calibration", "oracle": "measured upper bound"}
+#: the suffix of a row that repeats the calibration or upper bound row less its slow-window job
+WITHOUT_DRIFTED = "-without-drifted"
 COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_error", "optimistic_points", "ratio",
            "falsified", "not_applicable"] + [f"{n}_{c}" for n, _, _ in ORDERINGS
                                               for c in ("groups", "agreeing", "baseline_agreeing")]
@@ -90,7 +95,14 @@ def rows(doc: dict, drafted: dict | None = None) -> pd.DataFrame:
                         "ks": ", ".join(str(k) for k in s.get("ks") or []),
                         "sd_abs_error": s.get("median_abs_sd_error"),
                         "baseline_abs_error": s.get("median_abs_baseline_error")})
-    return pd.DataFrame(out, columns=COLUMNS + ["ks", "sd_abs_error", "baseline_abs_error"])
+            d = s.get("drifted_job") or {}
+            if d:  # the same points less the one job that ran in a slow window (closedloop.drifted_job)
+                out.append({"variant": f"{v}{WITHOUT_DRIFTED}", "points": d["others_points"],
+                            "median_abs_error": d["others_median_abs_error"],
+                            "worst_abs_error": d["others_worst_abs_error"], "drifted_job": d["config"],
+                            "drifted_reference_vs_job": d["median_reference_vs_job"]})
+    return pd.DataFrame(out, columns=COLUMNS + ["ks", "sd_abs_error", "baseline_abs_error", "drifted_job",
+                                                "drifted_reference_vs_job"])
 
 
 def to_latex(t: pd.DataFrame) -> str:
@@ -114,6 +126,11 @@ def to_latex(t: pd.DataFrame) -> str:
         if r.variant == "repeat":
             lines += [r"\midrule", f"{name} ({int(r.points)} pairs) & {pct(r.median_abs_error)} & "
                                     f"{pct(r.worst_abs_error)} & \\multicolumn{{5}}{{l}}{{}} \\\\"]
+            continue
+        if r.variant.endswith(WITHOUT_DRIFTED):
+            lines.append(f"\\quad without {tex_escape(r.drifted_job)} ({int(r.points)} points) & "
+                         f"{pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & & \\multicolumn{{4}}{{l}}{{slow window: "
+                         f"references {pct(r.drifted_reference_vs_job, True)}}} \\\\")
             continue
         if r.variant in ("calibration", "oracle"):
             ks = f", $k$ = {r.ks}" if isinstance(r.ks, str) and r.ks else ""
