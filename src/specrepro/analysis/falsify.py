@@ -27,7 +27,10 @@ measured order (:func:`order_agreement`):
 * ``order_k``: k within a (dataset, method, batch size), where the run benchmarked several k.
 
 ``falsified``: the variant's median |error| is at least :data:`FACTOR` times the real one's on the same points
-(``ratio``; ``no-traces`` leaves out points whose (method, k, B) no other dataset ran).
+(``ratio``; ``no-traces`` leaves out points whose (method, k, B) no other dataset ran). ``input_effect_median`` and
+``input_effect_max``: how far the wrong input moves the simulated speedups from the real traces' (|variant / real - 1|
+on the same points). A wrong input that moves them less than the real error cannot be told from the right one on
+these points, so its ratio says more about the input than about the check.
 """
 
 from __future__ import annotations
@@ -165,11 +168,14 @@ points) and
             real_table = t
         elif s.get("points") and real_table is not None and len(real_table):
             # against the real loop on the same points (no-traces drops points with no other dataset)
-            same = real_table.merge(t[KEY], on=KEY, how="inner")
+            same = real_table.merge(t[KEY + ["simulated"]], on=KEY, how="inner", suffixes=("", "_variant"))
             base = float(same["abs_error"].median()) if len(same) else float("nan")
             s["real_median_same_points"] = base
             s["ratio"] = s["median_abs_error"] / base if base > 0 else float("inf")
             s["falsified"] = bool(s["ratio"] >= FACTOR)
+            if len(same):
+                moved = (same["simulated_variant"] / same["simulated"] - 1).abs()
+                s["input_effect_median"], s["input_effect_max"] = float(moved.median()), float(moved.max())
         doc["variants"][v] = s
         frames.append(t.assign(variant=v))
     applied = [s for k, s in doc["variants"].items() if k != "real" and "falsified" in s]
