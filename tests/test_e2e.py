@@ -244,9 +244,10 @@ def test_smollm2_closed_loop_and_upper_bounds(cpu_run):
     assert tex.index("fig_closed_loop-engine-smollm2.pdf") < tex.index("tab_falsification-engine-smollm2.tex")
     # the noise floor under it: the same configuration measured in two jobs (the controlled trace-eagle replay)
     assert "noise floor" in (cpu_run / "figures" / "tab_falsification-engine-smollm2.tex").read_text()
-    # issue 22's calibration spans k: controlled runs at >= 3 values of k, every-draft-accepted rows at each
+    # issue 22's calibration spans k: controlled runs at >= 3 values of k, every-draft-accepted rows at each (the main
+    # run's k = 1, 3, 8; config/cpu-closedloop.yaml's 1, 3, 5, 8, 20)
     cal = pd.read_csv(cpu_run / "results" / "simulator" / "engine-smollm2" / "calibration.csv")
-    assert set(cal.loc[cal["profile"] == "all", "k"]) >= {1, 3, 5, 8}, cal[["profile", "k"]]
+    assert set(cal.loc[cal["profile"] == "all", "k"]) >= {1, 3, 8}, cal[["profile", "k"]]
     assert cal["measured"].notna().all() and cal["simulated"].notna().all()
     # issue 23: the hybrids' closed loop fed the same wrong acceptance; accepting every draft is caught there too,
     # and the hybrid's table says how each variant fared
