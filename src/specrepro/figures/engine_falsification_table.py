@@ -43,7 +43,8 @@ SPEC = FigureSpec(
         "two); where one draft job's same-window references lay more than " f"{100 * DRIFT_NOTED:.0f}"
         " % from the no-SD job (median; a slow window, which the pairing cancels only as far as it hits SD and no-SD "
         "steps alike), an indented row gives the same check without that job, and its references' median. On a CPU "
-        "run a timed job shares the cores with one other job at a time unless its experiment sets exclusive_timing (config/cpu-closedloop.yaml does for "
+        "run a timed job shares the cores with one other job at a time unless its experiment sets exclusive_timing "
+        "(config/cpu-closedloop.yaml does for "
         "SmolLM2; docs/ARTIFACT.md, ``Concurrent jobs'', measures what sharing shifts)."
     ),
     paper_statement="The paper does not compare its simulator with its measured speedups.",
@@ -149,8 +150,8 @@ def to_latex(t: pd.DataFrame) -> str:
             continue
         if r.variant.endswith(WITHOUT_DRIFTED):
             lines.append(f"\\quad without {tex_escape(r.drifted_job)} ({int(r.points)} points) & "
-                         f"{pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & & \\multicolumn{{4}}{{l}}{{slow window: "
-                         f"references {pct(r.drifted_reference_vs_job, True)}}} \\\\")
+                         f"{pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & & "
+                         f"\\multicolumn{{4}}{{l}}{{slow window: references {pct(r.drifted_reference_vs_job, True)}}} \\\\")
             continue
         if r.variant in ("calibration", "oracle"):
             ks = f", $k$ = {r.ks}" if isinstance(r.ks, str) and r.ks else ""
