@@ -31,6 +31,27 @@ include: "workflow/rules/sizing.smk"
 include: "workflow/rules/report.smk"
 
 
+# On a cluster (profiles/slurm) these run on the host that submits, not as cluster jobs: the downloads (compute nodes
+# often reach no network) and every rule that reads tables or traces and writes tables, figures or the report (seconds
+# each, the simulator's on the released traces included). An sbatch job costs more than such a rule: each starts a
+# Snakemake that parses this workflow, and waits for the scheduler. What loads a model or needs a GPU (containers,
+# preflight, model builds, drafter training, engine_*) stays a cluster job; tests/test_cluster.py checks the split.
+localrules:
+    all, run_config, report, claims, manifest, hf_model, dataset_input, fetch_released_trace, trace_tables,
+    image_record, image_record_sglang, digitise, tab_digitiser, sizing_study, tab_sizing_validation,
+    fig05_acceptance_heatmap, fig11_acceptance_diff, fig07_request_span, tab_acceptance_stats,
+    greedy_outputs, merged_engine_traces, speedup_metrics, fig01_speedup, tab_engine_exercise, fig03_reasoning,
+    tab_lossless, tab_runtime, tab_engine_jobs, fig04_breakdown, tab_memory, fig09_engine_bleu, tab_trends,
+    fig02_tree, tab_tree,
+    simulate_paper, simulate_variant, simulate_fig9, ngram_trace, simulate_recomputed, prompt_bleu, simulator_metrics,
+    tab_head_positions, fig_head_positions, tab_ngram_agreement, fig10_sim_speedup, fig12_oracle_combine, tab_oracle_gap,
+    fig09_bleu_ngram, tab_sim_beyond, fig_sim_beyond, suffix_trace, simulate_kgrid, k_schedule, simulate_today, fig_today,
+    tab_today,
+    fit_cost_model, simulate_engine_traces, closed_loop, falsify, tab_closed_loop_summary, tab_closed_loop,
+    fig_closed_loop, tab_falsification, fig10_sim_engine, fig12_sim_engine, tab_sim_engine, fig_costfit, tab_costfit,
+    simulate_drafted, tab_hybrid,
+
+
 rule all:
     default_target: True
     input:

@@ -81,6 +81,39 @@ def test_profile_and_dag_give_the_gpu_rule_its_gpu(tmp_path):
     assert sbatch("container_test", res).endswith(" --gpus=1") and " -t 15 " in sbatch("container_test", res)
 
 
+#: the rules that load a model or need a GPU: cluster jobs; every other rule is a local rule (the Snakefile's
+#: ``localrules``), so a new rule must be put on one side or the other
+CLUSTER_RULES = {"container_image", "container_test", "preflight", "container_image_sglang", "container_test_sglang",
+                 "build_model", "package_model", "drafter_train_data", "drafter_train_states", "train_drafter",
+                 "engine_prompts", "engine_bench", "engine_profile", "engine_trace", "engine_draft_bench",
+                 "engine_sglang_bench"}
+
+
+def workflow_rules() -> tuple[set[str], set[str]]:
+    """(every rule of the workflow, the Snakefile's local rules), read from the rule files."""
+    import re
+
+    rules = set()
+    for f in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:
+        rules |= set(re.findall(r"^rule (\w+):", f.read_text(), re.M))
+    block = re.search(r"^localrules:\n((?:    .*\n)+)", (REPO / "Snakefile").read_text(), re.M)
+    assert block, "the Snakefile has no localrules block"
+    local = {n.strip() for n in block.group(1).replace("\n", " ").split(",") if n.strip()}
+    return rules, local
+
+
+def test_rules_that_load_models_are_cluster_jobs_and_the_rest_run_where_snakemake_runs():
+    """On a cluster an sbatch job costs a Snakemake start and a scheduler wait: the downloads (compute nodes may
+    reach no network) and the table, figure, simulator and report rules run on the submitting host; every rule
+    that loads a model or needs a GPU is submitted."""
+    rules, local = workflow_rules()
+    assert local <= rules, local - rules
+    assert not local & CLUSTER_RULES, local & CLUSTER_RULES
+    assert rules - local == CLUSTER_RULES, {"unclassified": rules - local - CLUSTER_RULES,
+                                            "gone": CLUSTER_RULES - rules}
+    assert {"hf_model", "dataset_input", "fetch_released_trace", "report"} <= local
+
+
 def slurm_is_up() -> bool:
     """A controller answers (slurm-wlm being installed is not enough); where none listens, without sinfo's 9-s wait."""
     if not shutil.which("sinfo") or not slurm_controller_listens():
@@ -115,4 +148,12 @@ def test_cpu_run_through_slurm(tmp_path):
     assert (tmp_path / "paper" / "report.pdf").exists()
     # the plugin deletes the logs of successful jobs; Snakemake's own log names every submission
     log = "".join(f.read_text() for f in (tmp_path / ".snakemake" / "log").glob("*.log"))
-    assert log.count("has been submitted with SLURM jobid") >= 10, "the jobs did not go through sbatch"
+    import re
+
+    submitted = re.findall(r"^rule (\w+):", log, re.M)  # a local job's block starts "localrule <name>:"
+    ran_here = set(re.findall(r"^localrule (\w+):", log, re.M))
+    # the stand-in's model builds, prompts, bench and trace jobs went through sbatch, nothing else did
+    assert len(submitted) >= 9 and set(submitted) <= CLUSTER_RULES, submitted
+    assert {"engine_bench", "engine_trace"} <= set(submitted), submitted
+    assert log.count("has been submitted with SLURM jobid") == len(submitted), "the jobs did not go through sbatch"
+    assert "report" in ran_here and not ran_here & CLUSTER_RULES, ran_here

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from specrepro.config import config_problems
+from specrepro.core.errors import SpecReproError
 from specrepro.engine.models import drafters as D
 
 REPO = Path(__file__).resolve().parents[1]
@@ -169,19 +170,23 @@ def test_smollm2_engine_jobs_use_its_engine_settings():
     assert trace_spec(cfg, "smollm2", "ngram")["engine"]["env"]["OMP_NUM_THREADS"] == "1"  # engine.trace_env kept
 
 
+@pytest.mark.parametrize("precision", D.PRECISIONS)
 @pytest.mark.parametrize("kind", ["eagle", "draft_model"])
-def test_training_lowers_the_loss(tiny, kind):
-    """The shared training loop (D._fit) fits both drafters: the mean loss falls from epoch to epoch."""
+def test_training_lowers_the_loss(tiny, kind, precision):
+    """The shared training loop (D._fit) fits both drafters in either precision: the mean loss falls from epoch to
+    epoch, and the record says which precision trained it."""
     import torch
 
     out, df, states = tiny
     torch.manual_seed(0)
     if kind == "eagle":
-        rec = D.train_eagle(str(out), df, states, seed=0, epochs=3, lr=3e-3, batch=2)
+        rec = D.train_eagle(str(out), df, states, seed=0, epochs=3, lr=3e-3, batch=2, precision=precision)
     else:
-        rec = D.train_draft(str(out), df, states, layers=[0, 1], seed=0, epochs=3, lr=3e-3, batch=2)
+        rec = D.train_draft(str(out), df, states, layers=[0, 1], seed=0, epochs=3, lr=3e-3, batch=2,
+                            precision=precision)
     loss = rec["epoch_loss"]
     assert len(loss) == 3 and loss[0] > loss[1] > loss[2], loss
+    assert rec["precision"] == precision
     assert rec["train_sequences"] == 3 and rec["train_positions"] == 3 * 19
 
 
@@ -197,3 +202,9 @@ def test_heldout_acceptance_records_each_request(tiny, tmp_path):
     assert sum(r["tokens"] for r in per) / sum(r["steps"] for r in per) == pytest.approx(rec["mean_step_length"])
     # 12 output tokens, the first from the prefill: the walk covers the other 11 (its last step may overrun)
     assert 11 <= per[0]["tokens"] <= 11 + D.EVAL_K
+
+
+def test_unknown_training_precision_is_one_line(tiny):
+    out, df, states = tiny
+    with pytest.raises(SpecReproError, match="training precision 'fp8': use one of float32, bfloat16"):
+        D.train_draft(str(out), df, states, layers=[0], seed=0, epochs=1, lr=1e-3, precision="fp8")

@@ -128,4 +128,5 @@ rule train_drafter:
     shell:
         "specrepro train-drafter --name {wildcards.name:q} --kind {params.src[kind]} --target-manifest {input.target:q}"
         " --data {input.data:q} --states {input.states:q} --seed {params.src[seed]} --epochs {params.src[epochs]}"
-        " --lr {params.src[lr]} --batch {params.src[batch]} {params.layers} --threads {threads} -o {output:q} 2> {log}"
+        " --lr {params.src[lr]} --batch {params.src[batch]} --precision {params.src[precision]} {params.layers}"
+        " --threads {threads} -o {output:q} 2> {log}"

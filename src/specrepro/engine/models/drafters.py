@@ -19,9 +19,9 @@ Three steps, three verbs, each a rule:
     the tied embeddings) distilled on the target's outputs. See :func:`train_draft`.
 
 Both trainers start from a closed-form least-squares fit (seconds; most of the gain per CPU second),
-then run a few epochs of AdamW in bf16 autocast with a fixed seed. The held-out prompts' acceptance
-length at ``k`` = 3 of the untrained drafter, of the closed-form fit and of the trained drafter is
-computed with the host-side trace code (``specrepro.engine.models.oracle``: vLLM's greedy acceptance rule, checked
+then run a few epochs of AdamW in float32 (or bf16 autocast: ``precision``) with a fixed seed. The held-out
+prompts' acceptance length at ``k`` = 3 of the untrained drafter, of the closed-form fit and of the trained drafter
+is computed with the host-side trace code (``specrepro.engine.models.oracle``: vLLM's greedy acceptance rule, checked
 against vLLM's counters in the tests; the mean over output positions) and stored, with the times and
 losses, in the drafter's manifest under ``training``; the benchmark then measures the trained drafter
 in vLLM (its counters) on the benchmark prompts.
@@ -320,8 +320,22 @@ def _ridge(X, Y, lam: float = 1e-4):
     return W * sc[:, None]
 
 
-def _ce_vocab(lm, outputs, restrict: bool):
-    """(LM head in bf16, token → class index): the whole vocabulary, or with ``restrict`` only the tokens
+#: the training precisions: float32, or bf16 autocast. On a CPU without native bf16 (no AVX512-BF16 or AMX, as the
+#: 2-vCPU Xeon of the CPU run) autocast is ~3x slower than float32 (SmolLM2: an EAGLE epoch 62 -> 20 s, the draft
+#: model's 106 -> 39 s, one thread) and the held-out acceptance is the same (1.754 / 1.513 -> 1.767 / 1.518)
+PRECISIONS = ("float32", "bfloat16")
+
+
+def _autocast(precision: str):
+    import torch
+
+    if precision not in PRECISIONS:
+        raise SpecReproError(f"training precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+
+
+def _ce_vocab(lm, outputs, restrict: bool, precision: str = "float32"):
+    """(LM head in the training ``precision``, token → class index): the whole vocabulary, or with ``restrict`` only the tokens
     of the training outputs (a cross-entropy over the tokens the target actually emits: cheaper; the
     other logits are left to the feature losses)."""
     import torch
@@ -330,12 +344,12 @@ def _ce_vocab(lm, outputs, restrict: bool):
     keep = torch.unique(torch.cat(list(outputs))) if restrict else torch.arange(V)
     label_of = torch.full((V,), -100, dtype=torch.long)
     label_of[keep] = torch.arange(keep.numel())
-    return lm[keep].to(torch.bfloat16), label_of
+    return lm[keep].to(torch.bfloat16 if precision == "bfloat16" else torch.float32), label_of
 
 
 def _fit(module, kind: str, batch_loss, shift: int, train: Sequence[int], seqs, states, prompt_len, *, epochs: int,
-         lr: float, batch: int, rng, log=None):
-    """``epochs`` of AdamW (bf16 autocast, the warm-up/decay schedule, gradients clipped at 1) over batches of
+         lr: float, batch: int, rng, precision: str = "float32", log=None):
+    """``epochs`` of AdamW (in ``precision``, the warm-up/decay schedule, gradients clipped at 1) over batches of
     similar length of the ``train`` sequences. ``batch_loss(s, hs, T, valid, out_pos)`` gives a batch's loss
     from its padded tokens ``s`` and target states ``hs``: ``T`` positions (the length less ``shift``), those
     inside each sequence (``valid``) and, of those, the output positions (``out_pos``). Returns (mean loss per
@@ -358,7 +372,7 @@ def _fit(module, kind: str, batch_loss, shift: int, train: Sequence[int], seqs, 
             j = torch.arange(T)[None]
             valid = j < (n[:, None] - shift)
             out_pos = valid & (j >= (P[:, None] - 1))
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with _autocast(precision):
                 loss = batch_loss(s, hs, T, valid, out_pos)
             opt.zero_grad()
             loss.backward()
@@ -397,14 +411,14 @@ def eagle_init(target_dir: str):
 
 def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray], *, seed: int, epochs: int, lr: float,
                 noise: float = 0.2, ce_weight: float = 1.0, unroll: bool = True, batch: int = 1, ce_vocab: bool = True,
-                on_stage=None, log=None) -> dict:
+                precision: str = "float32", on_stage=None, log=None) -> dict:
     """Train an EAGLE-1 head on the ``train`` rows of ``df``; returns the training record.
 
     1. Closed form: ``fc`` fitted by least squares so that ``fc(cat(embed(s[j+1]), h[j])) ≈ h[j+1]`` over
        every position (the layer's outputs still zero: a linear head). The decoder layer's q/k/v get the
        target layer's input-norm weights folded in (the head has no input norm; its input has the scale
        of the target's hidden states).
-    2. ``epochs`` of AdamW (bf16 autocast, batches of similar length): smooth L1 to ``h[j+1]`` at every
+    2. ``epochs`` of AdamW (``precision``, batches of similar length): smooth L1 to ``h[j+1]`` at every
        position plus ``ce_weight`` x cross-entropy through the target's LM head to the target's token
        ``s[j+2]`` at output positions, Gaussian noise on the input hidden states; with ``unroll`` the
        same losses for a second drafting step that reads the head's own output (as drafting does).
@@ -437,7 +451,7 @@ def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
     del X, Y
     if on_stage:
         on_stage("closed_form", head.state_dict())
-    lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab)
+    lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab, precision)
     def eagle_loss(s, hs, T, valid, out_pos):
         inp = hs[:, :T] + noise * rms_in * torch.randn(len(s), T, h)
         f1 = head(s[:, 1:T + 1], inp).float()
@@ -453,10 +467,11 @@ def train_eagle(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
         return loss
 
     losses, lens, t1 = _fit(head, "eagle", eagle_loss, 2, train, seqs, states, prompt_len,
-                            epochs=epochs, lr=lr, batch=batch, rng=rng, log=log)
+                            epochs=epochs, lr=lr, batch=batch, rng=rng, precision=precision, log=log)
     if on_stage:
         on_stage("trained", head.state_dict())
-    return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch, "noise": noise,
+    return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch,
+            "precision": precision, "noise": noise,
             "ce_weight": ce_weight, "unroll": unroll, "ce_vocab": int(lm.shape[0]), "epoch_loss": losses, "train_sequences": len(train),
             "train_positions": int(sum(lens)),
             "init": "untrained: decoder layer = the target's last layer with o_proj, down_proj = 0, fc = [0, I] "
@@ -481,14 +496,14 @@ def draft_init(target_dir: str, layers: Sequence[int]):
 
 
 def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray], *, layers: Sequence[int], seed: int,
-                epochs: int, lr: float, hidden_weight: float = 1.0, batch: int = 1, ce_vocab: bool = True, on_stage=None,
-                log=None) -> dict:
+                epochs: int, lr: float, hidden_weight: float = 1.0, batch: int = 1, ce_vocab: bool = True,
+                precision: str = "float32", on_stage=None, log=None) -> dict:
     """Distil a shallow copy of the target (``layers``) on the ``train`` rows of ``df``; returns the record.
 
     1. Closed form: the last kept layer's ``down_proj`` fitted by least squares so that the copy's final
        residual stream points where the target's does (``h / norm weight``, at the stream's own scale):
        the final norm then gives the target's hidden state.
-    2. ``epochs`` of AdamW (bf16 autocast, batches of similar length): cross-entropy to the target's greedy
+    2. ``epochs`` of AdamW (``precision``, batches of similar length): cross-entropy to the target's greedy
        tokens at output positions plus ``hidden_weight`` x the squared distance of the copy's final hidden
        state to the target's at every position; embeddings (tied: the LM head) frozen."""
     import torch
@@ -523,7 +538,7 @@ def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
     del A, R
     if on_stage:
         on_stage("closed_form", model.state_dict())
-    lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab)
+    lm, label_of = _ce_vocab(w["lm_head.weight"], [seqs[i][prompt_len[i]:] for i in train], ce_vocab, precision)
     def draft_loss(s, hs, T, valid, out_pos):
         hd = model(s[:, :T]).float()  # position j predicts s[j+1]
         loss = hidden_weight * F.mse_loss(hd[valid], hs[:, :T][valid])
@@ -532,11 +547,11 @@ def train_draft(target_dir: str, df: pd.DataFrame, states: Sequence[np.ndarray],
         return loss
 
     losses, lens, t1 = _fit(model, "draft", draft_loss, 1, train, seqs, states, prompt_len,
-                            epochs=epochs, lr=lr, batch=batch, rng=rng, log=log)
+                            epochs=epochs, lr=lr, batch=batch, rng=rng, precision=precision, log=log)
     if on_stage:
         on_stage("trained", model.state_dict())
     return {"fit_s": fit_s, "train_s": time.perf_counter() - t1, "epochs": epochs, "lr": lr, "batch": batch,
-            "hidden_weight": hidden_weight, "ce_vocab": int(lm.shape[0]), "epoch_loss": losses, "train_sequences": len(train),
+            "precision": precision, "hidden_weight": hidden_weight, "ce_vocab": int(lm.shape[0]), "epoch_loss": losses, "train_sequences": len(train),
             "train_positions": int(sum(lens)),
             "init": f"untrained: target layers {list(layers)}, final norm, tied embeddings (frozen); "
                     "closed form: the last layer's down_proj by least squares"}
@@ -688,12 +703,12 @@ def run_train(a: argparse.Namespace) -> None:
         stages[name] = {k: v.detach().clone() for k, v in state.items()}
 
     if a.kind == "eagle":
-        record = train_eagle(target, df, states, seed=a.seed, epochs=a.epochs, lr=a.lr, batch=a.batch, on_stage=keep,
-                             log=sys.stderr)
+        record = train_eagle(target, df, states, seed=a.seed, epochs=a.epochs, lr=a.lr, batch=a.batch,
+                             precision=a.precision, on_stage=keep, log=sys.stderr)
     else:
         layers = [int(x) for x in a.layers.split(",")] if a.layers else []
         record = train_draft(target, df, states, layers=layers, seed=a.seed, epochs=a.epochs, lr=a.lr, batch=a.batch,
-                             on_stage=keep, log=sys.stderr)
+                             precision=a.precision, on_stage=keep, log=sys.stderr)
     output = Path(a.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     final = output.parent / "model"
@@ -750,6 +765,8 @@ def add_cli(sub) -> None:
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--batch", type=int, default=1, help="sequences per optimizer step")
+    p.add_argument("--precision", default="float32", choices=PRECISIONS,
+                   help="float32, or bf16 autocast (faster only where the CPU has native bf16)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--layers", default="", help="draft_model: comma-separated target layers to keep")
     p.add_argument("-o", "--output", required=True, help="resources/models/<name>/manifest.json (model in ./model/)")
