@@ -14,6 +14,7 @@ import importlib
 import sys
 
 from .core.errors import SpecReproError
+from .core.procexit import fast_exit
 
 #: verb -> (one-line help, module whose ``add_cli(sub)`` registers it), in the order ``--help`` lists them
 VERBS = {
@@ -131,6 +132,15 @@ def parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+def run() -> None:
+    """The ``specrepro`` command: :func:`main`, then, after a verb that succeeded, an exit without the
+    interpreter's teardown (:func:`specrepro.core.procexit.fast_exit`: seconds per engine job)."""
+    code = main()
+    if code == 0:
+        fast_exit(0)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parser(argv).parse_args(argv)
@@ -143,4 +153,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
