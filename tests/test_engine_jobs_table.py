@@ -184,17 +184,17 @@ def test_a_failed_no_sd_job_leaves_its_trace_set_out_of_the_rerun(tmp_path):
     the rerun leaves the experiment's engine trace set out, so the report builds (and lists the failure)."""
     from conftest import run_snakemake
 
-    rec = tmp_path / "results/engine/standin-llama3.1-8b/bench/none.json"
-    write_json(rec, {"exp": "standin-llama3.1-8b", "config": "none", "status": "failed", "error": ERROR, "points": 4,
-                     "failed": 4})
+    rec = tmp_path / "results/engine/standin-glm-4.5-air/bench/none.json"
+    write_json(rec, {"exp": "standin-glm-4.5-air", "config": "none", "status": "failed", "error": ERROR, "points": 8,
+                     "failed": 8})
     every = tmp_path / "standin-figures.yaml"  # the stand-ins' figures in the report, to see their trace sets
     every.write_text("report: {standin_figures: true}\n")
     proc = run_snakemake(["-n", "--configfile", str(REPO / "config" / "cpu.yaml"), str(every), "--directory", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert ("note: standin-llama3.1-8b: its no-SD job finished no point (results/engine/standin-llama3.1-8b/bench/none.json): its "
+    assert ("note: standin-glm-4.5-air: its no-SD job finished no point (results/engine/standin-glm-4.5-air/bench/none.json): its "
             "engine trace set is left out of this run") in proc.stderr
     out = proc.stdout
-    # the other traced stand-ins keep theirs (the 70B and Qwen3-8B stand-ins record none: acceptance_traces: false)
-    assert "engine-standin-glm-4.5-air" in out and "engine-standin-qwen3-8b-thinking" in out
-    assert "figures/fig05_acceptance_heatmap-engine-standin-llama3.1-8b.pdf" not in out
-    assert "results/engine/standin-llama3.1-8b/traces/" not in out
+    # the other traced stand-in keeps its set (the Llama ones and Qwen3-8B record none: acceptance_traces: false)
+    assert "engine-standin-qwen3-8b-thinking" in out
+    assert "figures/tab_acceptance_stats-engine-standin-glm-4.5-air" not in out
+    assert "results/engine/standin-glm-4.5-air/traces/" not in out
