@@ -326,12 +326,19 @@ def _ridge(X, Y, lam: float = 1e-4):
 PRECISIONS = ("float32", "bfloat16")
 
 
-def _autocast(precision: str):
+def _precision_dtype(precision: str):
+    """The torch dtype of a training ``precision`` (its name); one line for an unknown one."""
     import torch
 
     if precision not in PRECISIONS:
         raise SpecReproError(f"training precision {precision!r}: use one of {', '.join(PRECISIONS)}")
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+    return getattr(torch, precision)
+
+
+def _autocast(precision: str):
+    import torch
+
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=_precision_dtype(precision) == torch.bfloat16)
 
 
 def _ce_vocab(lm, outputs, restrict: bool, precision: str = "float32"):
@@ -344,7 +351,7 @@ def _ce_vocab(lm, outputs, restrict: bool, precision: str = "float32"):
     keep = torch.unique(torch.cat(list(outputs))) if restrict else torch.arange(V)
     label_of = torch.full((V,), -100, dtype=torch.long)
     label_of[keep] = torch.arange(keep.numel())
-    return lm[keep].to(torch.bfloat16 if precision == "bfloat16" else torch.float32), label_of
+    return lm[keep].to(_precision_dtype(precision)), label_of
 
 
 def _fit(module, kind: str, batch_loss, shift: int, train: Sequence[int], seqs, states, prompt_len, *, epochs: int,
