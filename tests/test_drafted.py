@@ -227,6 +227,31 @@ def test_tab_hybrid_is_followed_by_where_it_loses(tmp_path):
     assert "2.50 [2.00, 3.00] (2.60)" in tex and "2.20 (2.30)" in tex and "25 / 24" in tex and "40" in tex
 
 
+def test_hybrid_table_says_why_a_gap_closed_cell_is_empty():
+    """This run's table read "- / -%" at every point, unexplained: the measured Oracle Combine at k = 20 (0.39x) lay
+    below n-gram (1.40x), so there was no gap to close. Each empty side is "--", and the note says why."""
+    from specrepro.figures.engine_hybrid_table import _gap_cell, no_gap_sentence
+
+    assert _gap_cell(float("nan"), float("nan")) == "--"
+    assert _gap_cell(0.25, float("nan")) == "25 / --\\,\\%" and _gap_cell(0.25, 0.24) == "25 / 24\\,\\%"
+    row = {"exp": "e", "batch_size": 1, "hybrid": "hybrid-adaptive", "best_single_measured": 1.4,
+           "best_single_simulated": 1.1}
+    t = pd.DataFrame([{**row, "dataset": "a", "combine_measured": 0.39, "combine_simulated": 0.42,
+                       "gap_closed_measured": float("nan"), "gap_closed_simulated": float("nan")},
+                      {**row, "dataset": "b", "combine_measured": 1.6, "combine_simulated": 1.3,
+                       "gap_closed_measured": float("nan"), "gap_closed_simulated": 0.5},
+                      {**row, "dataset": "c", "combine_measured": 1.9, "combine_simulated": 1.5,
+                       "gap_closed_measured": 0.3, "gap_closed_simulated": 0.4},
+                      {**row, "dataset": "a", "hybrid": "hybrid-ngram-first", "combine_measured": 0.39,
+                       "combine_simulated": 0.42, "gap_closed_measured": float("nan"),
+                       "gap_closed_simulated": float("nan")}])
+    assert no_gap_sentence(t) == (
+        "Gap closed --: no gap to close where Oracle Combine measured at or below the better single method at 1 of 3 "
+        "points; measured above it at 1, but without a 95 % interval wholly above it; simulated at or below it at 1 "
+        "(inside vLLM it runs both drafters every step).")
+    assert no_gap_sentence(t[t["dataset"] == "c"]) == ""
+
+
 def test_repeat_check_pairs_trace_profiles_with_the_fixed_job():
     from specrepro.analysis.drafted import repeat_check
 

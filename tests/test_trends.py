@@ -206,6 +206,28 @@ def test_upper_bound_trends_from_the_experiments_own_simulation():
         _ub(rows), closed)[-1]["measured"]
 
 
+def test_the_error_sign_never_contradicts_its_count():
+    """This run's report once read "mean error -0 % (pessimistic: 16 of 28 simulated above measured)": a mean that
+    rounds to 0 % leans neither way, and a mean the majority of points leans against says so (hand-made cases)."""
+    from specrepro.analysis.closedloop import explanation, signed_pct
+    from specrepro.figures._enginesim import signed_error_text
+
+    assert signed_error_text({"mean_error": -0.003, "optimistic_points": 16, "points": 28}) == (
+        "mean error 0 % (neither way: 16 of 28 simulated above measured)")
+    assert signed_error_text({"mean_error": -0.02, "optimistic_points": 16, "points": 28}) == (
+        "mean error -2 % (pessimistic on average, though 16 of 28 simulated above measured)")
+    assert signed_error_text({"mean_error": 0.03, "optimistic_points": 10, "points": 28}) == (
+        "mean error +3 % (optimistic on average, though 10 of 28 simulated above measured)")
+    assert signed_error_text({"mean_error": 0.03, "optimistic_points": 14, "points": 28}) == (
+        "mean error +3 % (optimistic: 14 of 28 simulated above measured)")
+    assert signed_error_text({"mean_error": -0.04}) == "mean error -4 % (pessimistic)"
+    assert [signed_pct(x) for x in (0.094, -0.004, 0.004, -0.13)] == ["+9 %", "0 %", "0 %", "-13 %"]
+    s = {"points": 28, "median_abs_error": 0.06, "worst_abs_error": 0.21, "mean_error": -0.004, "median_error": 0.002,
+         "optimistic_points": 16}
+    text = explanation(s, {}, "cpu")
+    assert "(mean error 0 %, median 0 %), so the simulator leans neither way here" in text and "-0 %" not in text
+
+
 def test_closed_loop_statement_above_the_figures_has_the_sign_and_the_baseline(tmp_path):
     """The line above the experiment's Figs. 10 and 12 (and under its bounds table) states the error's sign and the
     ordering beside the most-common-order baseline, not "agrees in 5 of 8" alone (issue 24, item 3b)."""

@@ -456,6 +456,12 @@ def _requests_text(diag: Mapping) -> str:
     return f"{lo:.0f} or more (median {med:.0f})"
 
 
+def signed_pct(x: float) -> str:
+    """A signed error in whole percent, ``+9 %`` / ``-4 %``; one that rounds to nothing is ``0 %`` (not ``-0 %``)."""
+    pct = round(100 * x)
+    return f"{pct:+d} %" if pct else "0 %"
+
+
 def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     """One paragraph on the size of the error and what this run's numbers say about its causes."""
     if not summary.get("points"):
@@ -466,11 +472,11 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     if r.get("mean_error") is not None:
         pos, n, mean = r.get("optimistic_points", 0), summary["points"], r["mean_error"]
         lean = "optimistic" if mean > 0 else "pessimistic"
-        # under half a percent the rounded lean would read "by about 0 %"
-        leans = (f"so the simulator is {lean} here by about {100 * abs(mean):.0f} %" if abs(mean) >= 0.005
+        # a mean that rounds to 0 % would read "by about 0 %"
+        leans = (f"so the simulator is {lean} here by about {abs(round(100 * mean))} %" if round(100 * mean)
                  else "so the simulator leans neither way here")
         parts.append(f"the error has a sign: {pos} of {n} simulated speedups lie above the measured ones (mean error "
-                     f"{round(100 * mean):+d} %, median {round(100 * r.get('median_error', 0)):+d} %), {leans}")
+                     f"{signed_pct(mean)}, median {signed_pct(r.get('median_error', 0))}), {leans}")
     if r.get("groups"):
         parts.append(f"the simulator orders the configurations as measured in {r['groups_agreeing']} of {r['groups']} "
                      f"(dataset, batch size) groups ({r['concordant_pairs']} pairs concordant, {r['discordant_pairs']} "

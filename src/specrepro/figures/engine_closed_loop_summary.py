@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ._enginesim import fmt
+from ._enginesim import fmt, tex_pct
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
 
@@ -68,7 +68,6 @@ def to_latex(t: pd.DataFrame) -> str:
                          _head("mean", "err"), "worst point", _head("in", "CI"), _head("ordering", "[base]"),
                          "cost model"]) + r" \\",
              r"\midrule"]
-    pct = (lambda v, sign=False: "--" if v is None or v != v else f"{100 * v:{'+' if sign else ''}.0f}\\,\\%")
     for r in t.itertuples(index=False):
         base = getattr(r, "ranking_baseline_agreeing", None)
         order = (f"{r.groups_agreeing}/{r.groups}" + (f" [{int(base)}]" if base is not None and base == base else "")
@@ -78,8 +77,8 @@ def to_latex(t: pd.DataFrame) -> str:
             lines.append(f"\\texttt{{{tex_escape(r.exp)}}} & {r.points} & \\multicolumn{{6}}{{l}}{{in-sample: no error "
                          f"stated (no profiled pass)}} & {tex_escape(src)} \\\\")
             continue
-        lines.append(f"\\texttt{{{tex_escape(r.exp)}}} & {r.points} & {pct(r.median_abs_error)} & "
-                     f"{pct(r.worst_abs_error)} & {pct(getattr(r, 'mean_error', None), True)} & "
+        lines.append(f"\\texttt{{{tex_escape(r.exp)}}} & {r.points} & {tex_pct(r.median_abs_error)} & "
+                     f"{tex_pct(r.worst_abs_error)} & {tex_pct(getattr(r, 'mean_error', None), True)} & "
                      f"{{\\footnotesize {tex_escape(r.worst)}}} & {r.within_measured_ci} & {order} & "
                      f"{tex_escape(src)} \\\\")
     return "\n".join(fit_width(lines + [r"\bottomrule", r"\end{tabular}"])) + "\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
+from ._enginesim import tex_pct
 from ..analysis.closedloop import DRIFT_NOTED
 from ..analysis.falsify import FACTOR, ORDERINGS, VARIANTS
 from ..core.io import read_json, write_csv, write_text
@@ -135,9 +136,6 @@ def misses_note(doc: dict) -> str:
 
 
 def to_latex(t: pd.DataFrame) -> str:
-    def pct(v, sign=False):
-        return "--" if v is None or v != v else (f"{100 * v:+.0f}\\,\\%" if sign else f"{100 * v:.0f}\\,\\%")
-
     def order(r, n):
         g = getattr(r, f"{n}_groups")
         if not g or g != g:
@@ -153,25 +151,27 @@ def to_latex(t: pd.DataFrame) -> str:
             lines.append(f"{name} & \\multicolumn{{7}}{{l}}{{not applicable: {tex_escape(r.not_applicable)}}} \\\\")
             continue
         if r.variant == "repeat":
-            lines += [r"\midrule", f"{name} ({int(r.points)} pairs) & {pct(r.median_abs_error)} & "
-                                    f"{pct(r.worst_abs_error)} & \\multicolumn{{5}}{{l}}{{}} \\\\"]
+            lines += [r"\midrule", f"{name} ({int(r.points)} pairs) & {tex_pct(r.median_abs_error)} & "
+                                    f"{tex_pct(r.worst_abs_error)} & \\multicolumn{{5}}{{l}}{{}} \\\\"]
             continue
         if r.variant.endswith(WITHOUT_DRIFTED):
             lines.append(f"\\quad without {tex_escape(r.drifted_job)} ({int(r.points)} points) & "
-                         f"{pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & & "
-                         f"\\multicolumn{{4}}{{l}}{{slow window: references {pct(r.drifted_reference_vs_job, True)}}} \\\\")
+                         f"{tex_pct(r.median_abs_error)} & {tex_pct(r.worst_abs_error)} & & "
+                         "\\multicolumn{4}{l}{slow window: references "
+                         f"{tex_pct(r.drifted_reference_vs_job, True)}}} \\\\")
             continue
         if r.variant in ("calibration", "oracle"):
             ks = f", $k$ = {r.ks}" if isinstance(r.ks, str) and r.ks else ""
             split = ("" if r.sd_abs_error is None or r.sd_abs_error != r.sd_abs_error else
-                     f"absolute: draft jobs {pct(r.sd_abs_error)}, no SD {pct(r.baseline_abs_error)}")
+                     f"absolute: draft jobs {tex_pct(r.sd_abs_error)}, no SD {tex_pct(r.baseline_abs_error)}")
             lines += ([r"\midrule"] if r.variant == "calibration" else []) + [
-                f"{name}{ks} ({int(r.points)} points) & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & "
-                f"{pct(r.mean_error, True)} & \\multicolumn{{4}}{{l}}{{{split}}} \\\\"]
+                f"{name}{ks} ({int(r.points)} points) & {tex_pct(r.median_abs_error)} & {tex_pct(r.worst_abs_error)} & "
+                f"{tex_pct(r.mean_error, True)} & \\multicolumn{{4}}{{l}}{{{split}}} \\\\"]
             continue
         ratio = "--" if r.ratio is None or r.ratio != r.ratio else f"{r.ratio:.1f}"
-        lines.append(f"{name} & {pct(r.median_abs_error)} & {pct(r.worst_abs_error)} & {pct(r.mean_error, True)} & "
-                     f"{ratio} & {order(r, 'order_methods')} & {order(r, 'order_datasets')} & {order(r, 'order_k')} \\\\")
+        lines.append(f"{name} & {tex_pct(r.median_abs_error)} & {tex_pct(r.worst_abs_error)} & "
+                     f"{tex_pct(r.mean_error, True)} & {ratio} & {order(r, 'order_methods')} & "
+                     f"{order(r, 'order_datasets')} & {order(r, 'order_k')} \\\\")
         if r.variant == "real":
             lines.append(r"\midrule")
     return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"

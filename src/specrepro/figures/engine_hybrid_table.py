@@ -109,6 +109,38 @@ def _loses_text(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
     return loses_on_points(t, ctx) + (f" {why}" if why else "")
 
 
+def _gap_cell(measured, simulated) -> str:
+    """``measured / simulated %`` of the gap closed; ``--`` for a side with no gap to close, one ``--`` for both."""
+    m, sim = (None if v is None or pd.isna(v) else v for v in (measured, simulated))
+    if m is None and sim is None:
+        return "--"
+    return f"{'--' if m is None else _pct(m)} / {'--' if sim is None else _pct(sim)}\\,\\%"
+
+
+def no_gap_sentence(t: pd.DataFrame) -> str:
+    """Why the adaptive hybrid's gap-closed cells are empty where they are: Oracle Combine, as the engine pays for it,
+    not above the better single method (measured or simulated), or measured above it without a 95 % interval that
+    lies wholly above it (:func:`specrepro.analysis.drafted.hybrid_summary`); empty where every cell has a value."""
+    if not len(t) or "hybrid" not in t:
+        return ""
+    ad = t[t["hybrid"] == "hybrid-adaptive"]
+    parts = []
+    m = ad[ad["gap_closed_measured"].isna()]
+    if len(m):
+        below = int((m["combine_measured"] <= m["best_single_measured"]).sum())
+        if below:
+            parts.append(f"Oracle Combine measured at or below the better single method at {below} of {len(ad)} points")
+        if len(m) - below:
+            parts.append(f"measured above it at {len(m) - below}, but without a 95 % interval wholly above it")
+    n_sim = int(((ad["combine_simulated"] <= ad["best_single_simulated"]) & ad["gap_closed_simulated"].isna()).sum())
+    if n_sim:
+        parts.append(f"simulated at or below it at {n_sim}")
+    if not parts:
+        return ""
+    return ("Gap closed --: no gap to close where " + "; ".join(parts) + " (inside vLLM it runs both drafters "
+            "every step).")
+
+
 def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
     few = _few(t)
     ci = "" if len(t) and few.all() else r" [95\,\%]"
@@ -129,7 +161,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
         first = g.iloc[0]
         ad, nf = by.get("hybrid-adaptive"), by.get("hybrid-ngram-first")
         nf_cell = "--" if nf is None else f"{fmt(nf.measured)} ({fmt(nf.simulated)})"
-        gap = "--" if ad is None else f"{_pct(ad.gap_closed_measured)} / {_pct(ad.gap_closed_simulated)}\\,\\%"
+        gap = "--" if ad is None else _gap_cell(ad.gap_closed_measured, ad.gap_closed_simulated)
         share = "--" if ad is None or "share_ngram" not in g or pd.isna(getattr(ad, "share_ngram", None)) else \
             f"{100 * ad.share_ngram:.0f}\\,\\%"
         best = f"{tex_escape(style.METHOD_LABELS.get(first.best_single, first.best_single))} {fmt(first.best_single_measured)}"
@@ -139,7 +171,8 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
         lines.append(r"\multicolumn{8}{c}{no hybrid configuration both benchmarked and traced} \\")
     lines = fit_width(lines + [r"\bottomrule", r"\end{tabular}"])
     falsified = (summary.get("hybrid_falsification") or {}).get("sentence", "")
-    note = " ".join(x for x in (few_requests_sentence(t), _loses_text(t, ctx, summary), falsified) if x)
+    note = " ".join(x for x in (few_requests_sentence(t), no_gap_sentence(t), _loses_text(t, ctx, summary), falsified)
+                    if x)
     tail = ["", r"\smallskip", f"\\parbox{{\\textwidth}}{{\\footnotesize {tex_escape(note)}}}"]
     return "\n".join(lines + tail) + "\n"
 
