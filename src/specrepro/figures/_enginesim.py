@@ -7,6 +7,7 @@ import math
 import pandas as pd
 
 from . import style
+from ..analysis.closedloop import signed_pct
 from ..core.io import read_json
 
 #: every proposer of an engine experiment that is not one method: labels
@@ -52,13 +53,10 @@ def signed_error_text(s: dict) -> str:
     if not _finite(mean):
         return ""
     pos, n = s.get("optimistic_points"), s.get("points")
-    pct = round(100 * mean)
-    if pct == 0:
-        head = "mean error 0 % (neither way"
-        sep = ": "
+    if not round(100 * mean):
+        head, sep = "mean error 0 % (neither way", ": "
     else:
-        lean = "optimistic" if mean > 0 else "pessimistic"
-        head = f"mean error {pct:+d} % ({lean}"
+        head = f"mean error {signed_pct(mean)} ({'optimistic' if mean > 0 else 'pessimistic'}"
         # the mean can lean against most points (a few large errors); then the count must not read as its support
         against = _finite(pos) and _finite(n) and ((mean > 0) != (2 * pos > n)) and 2 * pos != n
         sep = " on average, though " if against else ": "

@@ -111,10 +111,8 @@ def _loses_text(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
 
 def _gap_cell(measured, simulated) -> str:
     """``measured / simulated %`` of the gap closed; ``--`` for a side with no gap to close, one ``--`` for both."""
-    m, sim = (None if v is None or pd.isna(v) else v for v in (measured, simulated))
-    if m is None and sim is None:
-        return "--"
-    return f"{'--' if m is None else _pct(m)} / {'--' if sim is None else _pct(sim)}\\,\\%"
+    m, sim = _pct(measured), _pct(simulated)  # fmt's "--" for a missing side
+    return "--" if m == sim == "--" else f"{m} / {sim}\\,\\%"
 
 
 def no_gap_sentence(t: pd.DataFrame) -> str:
