@@ -211,7 +211,7 @@ def test_engine_context():
 def test_footnote_labels_cpu_runs(engine_run):
     _, paths = engine_run
     t = speedup_points(load_points(paths))
-    assert "not evidence for the paper" in footnote(t, "cpu") and "1 of 16 points failed" in footnote(t, "cpu")
+    assert "not evidence for the paper" in footnote(t, "cpu") and "1 of 16 measurements (one request at one batch size) failed" in footnote(t, "cpu")
     assert "not evidence" not in footnote(t, "gpu")
 
 

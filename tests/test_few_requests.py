@@ -184,7 +184,7 @@ def test_engine_sim_figures_draw_no_band_over_two_requests(module, tmp_path, mon
         df = _upper_bounds(n)
         df.to_csv(tmp_path / "u.csv", index=False)
         args = SimpleNamespace(summary=str(tmp_path / "u.csv"), measured_bounds=None,
-                               closed_loop=str(tmp_path / "c.json"), output=str(tmp_path / "f.pdf"))
+                               closed_loop=str(tmp_path / "c.json"), drafted=None, output=str(tmp_path / "f.pdf"))
         with fr.captured(monkeypatch) as figs:
             F.build(args, _ctx())
         fig = figs[0]

@@ -42,7 +42,7 @@ def cpu_run_config() -> dict:
                            "datasets": ["smol_code", "smol_news"], "proposers": [["ngram", "n-gram"]],
                            "requests": {"smol_code": 2, "smol_news": 2}},
     }
-    cfg["subjects"] = {"engine": {"label": "engine runs (CPU, the real model only: not evidence for the paper)"}}
+    cfg["subjects"] = {"engine": {"label": "engine runs (CPU, tiny locally built stand-ins and a small real model: not evidence for the paper)"}}
     return cfg
 
 

@@ -107,8 +107,8 @@ def test_findings_are_one_sentence_from_their_csv(tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "b.csv", index=False)
     assert sim_beyond_table.finding(tmp_path / "b.csv") == (
         "Charged both drafters at every step, Oracle Combine on ic at B = 1 falls from 4.90x to 3.80x, so 50 % of its "
-        "margin over the best single-method oracle (2.70x) survives honest drafting cost, 73 % charged the winning "
-        "proposer's cost; 30 % on the other dataset.")
+        "margin over the best single-method oracle (2.70x) survives honest drafting cost (30 % on the other dataset), "
+        "73 % charged the winning proposer's cost (60 % on the other dataset).")
     pd.DataFrame([{"exp": "m", "check": "a", "shown": "True"}, {"exp": "m", "check": "b", "shown": "False"},
                   {"exp": "m", "check": "c", "shown": "not resolved"}, {"exp": "m", "check": "d", "shown": ""}]
                  ).to_csv(tmp_path / "t.csv", index=False)
@@ -139,3 +139,111 @@ def test_a_caption_names_the_papers_figure_once():
         # the caption is rendered, once, after the template's one prefix
         assert f"\\emph{{The paper's {spec.paper_ref}.}} Redrawn for Toy" in tex and cap.startswith("Redrawn for Toy")
     assert not re.findall(r"\\emph\{The paper's [^}]*\}\s*The paper's", tex)
+
+
+# --- the report's sentences read against this run's data (audit of the 2026-12-07 CPU report) ---------------------
+
+
+def test_a_sign_that_rounds_away_is_no_sign():
+    """Table R10 printed "+0 %" for an error of -0.07 % beside "17 of 28 simulated above measured" (18 plus signs);
+    Table R5 "(+0%)" for a schedule 0.5 % slower; Fig. R3 "-0" cells and a "-5...-0" interval."""
+    from specrepro.figures import style
+    from specrepro.figures._enginesim import tex_pct
+
+    assert [style.whole(v, sign=True) for v in (-0.3, 0.3, -0.6, 0.6, 12.4)] == ["0", "0", "-1", "+1", "+12"]
+    assert [style.whole(v) for v in (-0.19, -5.2, 7.5)] == ["0", "-5", "8"]
+    assert tex_pct(-0.0007, sign=True) == "0\\,\\%" and tex_pct(-0.012, sign=True) == "-1\\,\\%"
+    assert tex_pct(float("nan")) == "--"
+
+
+def test_a_claim_no_run_decides_says_why_and_a_cell_keeps_one_precision():
+    """Appendix B showed the paper's self-contradiction ("about 2.2x", Figs. 10/12: 2.73x) as a bare "not measured";
+    and "2.6 [2.4, 2.79]" mixed decimals in one cell."""
+    from specrepro.report import claim_cells
+
+    base = {"kind": "value", "paper_value": 2.2, "unit": "x", "this_run": float("nan"), "n": float("nan")}
+    none = claim_cells({**base, "evidence": "none", "note": "Its own Figs. 10 and 12 give 2.73x."})
+    assert none["why_undecided"] == "Its own Figs. 10 and 12 give 2.73x." and none["run"] == "--"
+    assert claim_cells({**base, "evidence": "simulator", "note": "read by eye"})["why_undecided"] == ""
+    row = {"kind": "value", "paper_value": 2.64, "unit": "tokens", "this_run": 2.6, "ci_low": 2.4, "ci_high": 2.79,
+           "n": 300, "evidence": "trace"}
+    assert claim_cells(row)["run"] == "2.60 [2.40, 2.79]"
+    assert claim_cells({**row, "this_run": 84.0, "ci_low": 80.0, "ci_high": 90.0})["run"] == "84 [80, 90]"
+    assert claim_cells({**row, "n": 2})["run"] == "2.6"  # under 8 requests no interval, and no padding
+
+
+def test_the_closed_loop_error_is_stated_beside_the_noise_floor(tmp_path):
+    """"median |error| 4 %" was offered as how far to trust the simulator, while two jobs of one configuration were
+    12 % apart in the same run (Table R11's noise floor)."""
+    import json
+
+    from specrepro.figures._enginesim import error_statement, noise_floor_text
+
+    (tmp_path / "c.json").write_text(json.dumps({"points": 28, "median_abs_error": 0.044, "worst_abs_error": 0.37,
+                                                 "mean_error": 0.03, "optimistic_points": 17}))
+    (tmp_path / "d.json").write_text(json.dumps({"repeat": {"pairs": 2, "median_abs": 0.1227, "max_abs": 0.129}}))
+    (tmp_path / "none.json").write_text(json.dumps({"repeat": {"pairs": 0}}))
+    text = error_statement(tmp_path / "c.json", drafted=tmp_path / "d.json")
+    assert text.startswith("Checked against this run's measurements (closed loop): median |error| 4 %")
+    assert text.endswith("; the same configuration in two jobs: 12 % apart (median of 2 pairs), the noise floor an "
+                         "error below which is not resolved here.")
+    assert noise_floor_text(tmp_path / "none.json") == "" and noise_floor_text(None) == ""
+    assert "noise floor" not in error_statement(tmp_path / "c.json")
+
+
+def test_verification_dominates_names_the_point_where_it_does_not():
+    """Table R8 said "no" beside verification shares of 46-90 %, all inside the paper's 42-95 %: the rule (the
+    largest phase at every point) failed at one point, drafting 46.1 % against verification 45.8 %, unsaid."""
+    from specrepro.figures.engine_trends import verification_check
+
+    bd = pd.DataFrame([
+        {"config": "eagle-k3", "batch_size": 1, "drafting_share": 0.2, "verification_share": 0.7,
+         "sampling_share": 0.02, "overhead_share": 0.08},
+        {"config": "draft_model-k5", "batch_size": 1, "drafting_share": 0.461, "verification_share": 0.458,
+         "sampling_share": 0.03, "overhead_share": 0.051}])
+    r = verification_check(bd)
+    assert r["shown"] is False
+    assert r["measured"] == ("verification the largest phase: eagle-k3 B=1 70 %; draft_model-k5 B=1 46 % -- not the "
+                             "largest at draft_model-k5 B=1: drafting 46.1 % > verification 45.8 %")
+    assert verification_check(bd.iloc[:1])["shown"] is True
+
+
+def test_the_speedup_note_counts_measurements_and_plotted_points_apart():
+    """Fig. R10's note read "0 of 72 points failed ... 28 points rest on fewer than 8 requests (2-2)": 72 counted
+    one request at one batch size, 28 the plotted points (all of them)."""
+    from specrepro.figures.engine_speedup import footnote
+
+    t = pd.DataFrame({"method": ["none", "ngram", "eagle"], "points": [4, 4, 4], "failed": [0, 1, 0],
+                      "requests": [2, 2, 2]})
+    note = footnote(t, "gpu")
+    assert note == ("1 of 12 measurements (one request at one batch size) failed and are excluded. 2 of 2 plotted "
+                    "points rest on fewer than 8 requests (2 each) and show no interval.")
+
+
+def test_the_falsification_table_says_how_this_run_timed_its_jobs():
+    """Table R11's caption named config/cpu-closedloop.yaml's exclusive timing; the run it sat in had it off."""
+    from specrepro.figures.engine_falsification_table import timing_note
+
+    cfg = {"run": {"kind": "cpu"}, "experiments": [{"name": "smollm2", "exclusive_timing": False},
+                                                   {"name": "x", "exclusive_timing": True}]}
+    assert timing_note(cfg, "smollm2") == ("This run: exclusive_timing off for smollm2, each timed job shared the "
+                                           "cores with up to one other job.")
+    assert timing_note(cfg, "x").startswith("This run: exclusive_timing on for x")
+    assert timing_note({**cfg, "run": {"kind": "gpu"}}, "smollm2") == "" and timing_note(cfg, "absent") == ""
+
+
+def test_the_hybrid_is_not_said_to_lose_at_least_its_first_pass():
+    """"...it is slower by at least the first pass" where the adaptive hybrid was 4 % below n-gram and the first
+    pass 8-12 % of a step: the drafter's accepted drafts win part of it back."""
+    from specrepro.analysis.drafted import hybrid_finding
+
+    hyb = pd.DataFrame([{"hybrid": "hybrid-adaptive", "dataset": "news", "batch_size": 1, "measured": 1.2,
+                         "measured_ci_low": 1.18, "measured_ci_high": 1.22, "best_single": "ngram",
+                         "best_single_measured": 1.25, "vs_best_measured": -0.04, "gap_closed_measured": -0.1,
+                         "gap_closed_simulated": -0.1}])
+    costs = {"news@1": {"first_pass_ms": 2.4, "full_draft_ms": 9.0, "target_step_ms": 20.0}}
+    why = hybrid_finding(hyb, costs, {})["loses_why"]
+    assert "at least the first pass" not in why and "which only the steps where the drafter's draft is accepted " \
+        "further than n-gram's can win back" in why
+    assert why.endswith("no hybrid is further below the better single method than the first pass's largest share "
+                        "of a target step (12.0 %).")

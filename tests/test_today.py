@@ -363,8 +363,9 @@ def test_mixed_batch_sizes_hand_computed():
     (text,) = mixed_statements(pd.DataFrame([m]))
     # the one sentence beside the per-batch-size statements: at one B a fixed k, the gain on mixed B, the CSV named
     assert one_batch_size_statement(pd.DataFrame([m])) == (
-        "At one batch size k by batch size is one fixed k, so it closes nothing there beyond the best fixed k of the "
-        "same candidates, by construction; what choosing k by batch size gains shows where batch sizes mix, where it "
+        "At one batch size the n-gram or EAGLE k by batch size is one fixed k, so it closes nothing there beyond the "
+        "best fixed k of the same candidates, by construction (suffix decoding is not among them); what choosing k by "
+        "batch size gains shows where batch sizes mix, where it "
         "closes 30% of the gap from the best single fixed k to the oracle over 1 dataset "
         "(results/simulator/<trace set>/today/mixed.csv).")
     assert one_batch_size_statement(None).endswith("batch sizes mix (results/simulator/<trace set>/today/mixed.csv).")

@@ -322,15 +322,26 @@ def _num_text(v: object, unit: str = "") -> str:
     return text
 
 
-def _interval_text(low: object, high: object, unit: str = "") -> str:
+def _same_decimals(texts: list[str]) -> list[str]:
+    """Texts of one cell (a value and its interval) cut to the most decimals any of them keeps: "2.6 [2.4, 2.79]"
+    becomes "2.60 [2.40, 2.79]"; "84 [80, 90]" stays."""
+    dec = max((len(t.partition(".")[2]) for t in texts), default=0)
+    return [t if t == "--" or not dec else (t if "." in t else t + ".") + "0" * (dec - len(t.partition(".")[2]))
+            for t in texts]
+
+
+def _value_text(v: object, low: object, high: object, unit: str = "") -> str:
+    """``2.64 [2.40, 2.79]``: a value and its interval (none where a bound is missing) with the same decimals."""
     if _missing(low) or _missing(high):
-        return ""
-    return f"[{_num_text(low, unit)}, {_num_text(high, unit)}]"
+        return _num_text(v, unit)
+    a, lo, hi = _same_decimals([_num_text(x, unit) for x in (v, low, high)])
+    return f"{a} [{lo}, {hi}]"
 
 
 def claim_cells(row: dict) -> dict:
     """Display strings of one claims-table row: the paper's value(s), this run's value(s) with intervals (none over
-    fewer than MIN_INTERVAL_REQUESTS requests: not a 95 % interval)."""
+    fewer than MIN_INTERVAL_REQUESTS requests: not a 95 % interval) and, for a claim no run decides (evidence none),
+    why (its registry note)."""
     if not _missing(row.get("n")) and int(row["n"]) < MIN_INTERVAL_REQUESTS:
         row = {**row, "ci_low": None, "ci_high": None, "ci_low_b": None, "ci_high_b": None}
     u = "" if _missing(row.get("unit")) else str(row.get("unit") or "")
@@ -339,13 +350,15 @@ def claim_cells(row: dict) -> dict:
         paper = "" if _missing(row.get("paper_value")) else \
             f"{_num_text(row['paper_value'], u)} > {_num_text(row.get('paper_value_b'), u)}"
         run = "--" if _missing(row.get("this_run")) else (
-            f"{_num_text(row['this_run'], u)} {_interval_text(row.get('ci_low'), row.get('ci_high'), u)} vs "
-            f"{_num_text(row.get('this_run_b'), u)} {_interval_text(row.get('ci_low_b'), row.get('ci_high_b'), u)}")
+            f"{_value_text(row['this_run'], row.get('ci_low'), row.get('ci_high'), u)} vs "
+            f"{_value_text(row.get('this_run_b'), row.get('ci_low_b'), row.get('ci_high_b'), u)}")
     else:
         paper = "--" if _missing(row.get("paper_value")) else f"{_num_text(row['paper_value'], u)}{unit}"
-        run = "--" if _missing(row.get("this_run")) else \
-            f"{_num_text(row['this_run'], u)} {_interval_text(row.get('ci_low'), row.get('ci_high'), u)}"
-    return {"paper": paper.strip(), "run": re.sub(r"\s+", " ", run).strip()}
+        run = "--" if _missing(row.get("this_run")) else _value_text(row["this_run"], row.get("ci_low"),
+                                                                     row.get("ci_high"), u)
+    # a claim no run may decide (evidence none) is a documented contradiction of the paper: its reason is the note
+    why = row.get("note") if row.get("evidence") == "none" and not _missing(row.get("note")) else ""
+    return {"paper": paper.strip(), "run": re.sub(r"\s+", " ", run).strip(), "why_undecided": why or ""}
 
 
 def ref_numbers(text: str) -> set[int]:
@@ -470,6 +483,7 @@ def render(
         standin_figures=bool((run_config.get("report") or {}).get("standin_figures")),
         few_requests=[{"label": run_config["trace_sets"][n].get("label", n), "requests": k} for n, k in few.items()],
         min_requests=MIN_REQUESTS,
+        min_interval_requests=MIN_INTERVAL_REQUESTS,
         per_request=[figreg.spec(n).title for n in PER_REQUEST],
     )
 

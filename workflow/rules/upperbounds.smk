@@ -217,8 +217,10 @@ rule fig10_sim_engine:
         config=RUN_CONFIG,
         summary="results/simulator/engine-{exp}/upper_bounds.csv",
         closed="results/simulator/engine-{exp}/closed_loop.json",
+        drafted=drafted_summary,
         measured=measured_bounds,
     params:
+        drafted=lambda wc, input: f"--drafted {input.drafted[0]!r}" if input.drafted else "",
         measured=lambda wc, input: f"--measured-bounds {input.measured[0]!r}" if input.measured else "",
     output:
         "figures/fig10_sim_engine-engine-{exp}.pdf",
@@ -230,7 +232,7 @@ rule fig10_sim_engine:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig10_sim_engine --run-config {input.config} --subject engine-{wildcards.exp}"
-        " --summary {input.summary:q} --closed-loop {input.closed:q} {params.measured} -o {output:q} 2> {log}"
+        " --summary {input.summary:q} --closed-loop {input.closed:q} {params.drafted} {params.measured} -o {output:q} 2> {log}"
 
 
 rule fig12_sim_engine:
@@ -238,8 +240,10 @@ rule fig12_sim_engine:
         config=RUN_CONFIG,
         summary="results/simulator/engine-{exp}/upper_bounds.csv",
         closed="results/simulator/engine-{exp}/closed_loop.json",
+        drafted=drafted_summary,
         measured=measured_bounds,
     params:
+        drafted=lambda wc, input: f"--drafted {input.drafted[0]!r}" if input.drafted else "",
         measured=lambda wc, input: f"--measured-bounds {input.measured[0]!r}" if input.measured else "",
     output:
         "figures/fig12_sim_engine-engine-{exp}.pdf",
@@ -251,7 +255,7 @@ rule fig12_sim_engine:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure fig12_sim_engine --run-config {input.config} --subject engine-{wildcards.exp}"
-        " --summary {input.summary:q} --closed-loop {input.closed:q} {params.measured} -o {output:q} 2> {log}"
+        " --summary {input.summary:q} --closed-loop {input.closed:q} {params.drafted} {params.measured} -o {output:q} 2> {log}"
 
 
 rule tab_sim_engine:
@@ -260,6 +264,9 @@ rule tab_sim_engine:
         summary="results/simulator/engine-{exp}/upper_bounds.csv",
         schedule="results/simulator/engine-{exp}/schedule.json",
         closed="results/simulator/engine-{exp}/closed_loop.json",
+        drafted=drafted_summary,
+    params:
+        drafted=lambda wc, input: f"--drafted {input.drafted[0]!r}" if input.drafted else "",
     output:
         tex="figures/tab_sim_engine-engine-{exp}.tex",
         csv="figures/tab_sim_engine-engine-{exp}.csv",
@@ -271,7 +278,7 @@ rule tab_sim_engine:
         "../../envs/analysis.yaml"
     shell:
         "specrepro figure tab_sim_engine --run-config {input.config} --subject engine-{wildcards.exp}"
-        " --summary {input.summary:q} --schedule {input.schedule:q} --closed-loop {input.closed:q}"
+        " --summary {input.summary:q} --schedule {input.schedule:q} --closed-loop {input.closed:q} {params.drafted}"
         " --csv {output.csv:q} -o {output.tex:q} 2> {log}"
 
 

@@ -47,7 +47,8 @@ def paired(positions: pd.DataFrame, proposers: Sequence[str]) -> pd.DataFrame:
 def win_shares(pairs: pd.DataFrame, proposers: Sequence[str]) -> pd.DataFrame:
     """Per dataset: share of paired positions where each proposer yields strictly more tokens than all others.
 
-    Columns: ``dataset, proposer, wins, paired_positions``; ties make up the rest.
+    Columns: ``dataset, proposer, wins, paired_positions``; the rest are ties (and, with three or more proposers,
+    positions where another proposer is ahead).
     """
     rows = []
     for dataset, grp in pairs.groupby("dataset", sort=True):

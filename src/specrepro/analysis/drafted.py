@@ -459,7 +459,8 @@ def hybrid_finding(hyb: pd.DataFrame, costs: Mapping[str, Mapping], hybrid_err: 
                           f"largest share of a target step ({100 * share:.1f} %) at: {names}{took}.")
         loses_why = ("The hybrid pays the model drafter's first pass at every step, also where n-gram's draft is "
                      "verified, and its whole draft wherever it chooses the drafter's, so where n-gram or no "
-                     "speculation is the better choice it is slower by at least the first pass." + why + beyond)
+                     "speculation is the better choice it starts every step that first pass behind, which only the steps "
+                     "where the drafter's draft is accepted further than n-gram's can win back." + why + beyond)
         loses = f"Where it loses (below the better single method beyond its 95 % interval): {pts}. {loses_why}"
     return {"finding": finding, "loses": loses, "loses_why": loses_why, "by_hybrid": out}
 

@@ -315,11 +315,13 @@ MIXED_CSV = "results/simulator/<trace set>/today/mixed.csv"
 
 
 def one_batch_size_statement(m: pd.DataFrame | None = None, trace_set: str = "<trace set>") -> str:
-    """One sentence on what k by batch size can show: at one batch size it is a fixed k (nothing to show, by
-    construction), so its gain is the mixed-batch-size result of :func:`mixed_table` (the range over datasets of the
+    """One sentence on what n-gram's or EAGLE's k by batch size can show: at one batch size it is a fixed k of the same
+    candidates (nothing to show, by construction; suffix decoding is another proposer), so its gain is the mixed-batch-size result of :func:`mixed_table` (the range over datasets of the
     better of n-gram's and EAGLE's share closed, where ``m`` has rows) in :data:`MIXED_CSV`."""
-    text = ("At one batch size k by batch size is one fixed k, so it closes nothing there beyond the best fixed k "
-            "of the same candidates, by construction; what choosing k by batch size gains shows where batch sizes mix")
+    # suffix decoding is a proposer of its own, not one of the n-gram / EAGLE candidates: it can beat "same k"
+    text = ("At one batch size the n-gram or EAGLE k by batch size is one fixed k, so it closes nothing there beyond "
+            "the best fixed k of the same candidates, by construction (suffix decoding is not among them); what "
+            "choosing k by batch size gains shows where batch sizes mix")
     if m is not None and len(m):
         best = m[["ngram_schedule_closed", "eagle_schedule_closed"]].max(axis=1)
         if best.notna().any():

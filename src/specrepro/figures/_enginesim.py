@@ -39,8 +39,7 @@ def tex_pct(v, sign: bool = False) -> str:
     ``-0``) where it rounds to nothing; ``--`` when missing."""
     if v is None or v != v:
         return "--"
-    n = round(100 * v)
-    return (f"{n:+d}" if sign and n else f"{n:d}") + "\\,\\%"
+    return style.whole(100 * v, sign) + "\\,\\%"
 
 
 def signed_error_text(s: dict) -> str:
@@ -77,16 +76,28 @@ def ordering_text(s: dict) -> str:
     return text
 
 
-def error_statement(path, sep: str = "; ") -> str:
-    """How far the simulator is from this experiment's measured speedups (the closed loop): its size, its sign and
-    its ordering beside the most-common-order baseline, the clauses joined by ``sep`` (``";\n"`` for a figure's
-    title on several lines)."""
+def noise_floor_text(drafted_path=None) -> str:
+    """The draft jobs' repeat check (``drafted.json``'s ``repeat``: one configuration measured in two jobs) as the
+    closed loop's noise floor: ``the same configuration in two jobs: 12 % apart (median of 2 pairs), the noise floor
+    an error below which is not resolved here``; empty without a file or pairs."""
+    rep = (read_json(drafted_path).get("repeat") or {}) if drafted_path else {}
+    if not rep.get("pairs"):
+        return ""
+    n = int(rep["pairs"])
+    return (f"the same configuration in two jobs: {100 * rep['median_abs']:.0f} % apart (median of {n} pair"
+            f"{'s' if n > 1 else ''}), the noise floor an error below which is not resolved here")
+
+
+def error_statement(path, sep: str = "; ", drafted=None) -> str:
+    """How far the simulator is from this experiment's measured speedups (the closed loop): its size, its sign, its
+    ordering beside the most-common-order baseline and, with ``drafted`` (``drafted.json``), the noise floor between
+    jobs (:func:`noise_floor_text`), the clauses joined by ``sep`` (``";\n"`` for a figure's title on several lines)."""
     s = read_json(path)
     if not s.get("points"):
         return "Closed loop: no configuration both benchmarked and traced; the simulator is unchecked here."
     parts = [f"Checked against this run's measurements (closed loop): median |error| {100 * s['median_abs_error']:.0f} %, "
              f"worst {100 * s['worst_abs_error']:.0f} % over {s['points']} points"]
-    parts += [x for x in (signed_error_text(s), ordering_text(s)) if x]
+    parts += [x for x in (signed_error_text(s), ordering_text(s), noise_floor_text(drafted)) if x]
     return sep.join(parts) + "."
 
 

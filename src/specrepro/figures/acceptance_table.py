@@ -21,7 +21,8 @@ SPEC = FigureSpec(
     caption=(
         "Tokens per verification step over all output positions ({subject_label}): mean, median and 90th "
         "percentile; the median over requests of the per-request mean; and the share of index-paired "
-        "positions where this proposer produces strictly more tokens than the other (the rest are ties). In "
+        "positions where this proposer produces strictly more tokens than every other proposer (with two proposers "
+        "the rest are ties; with three, ties or another proposer ahead). In "
         "brackets: 95 % bootstrap intervals over requests (whole requests resampled; none over fewer than "
         f"{MIN_INTERVAL_REQUESTS} requests, and the note under the table says so; the CSV has every statistic's)."
     ),

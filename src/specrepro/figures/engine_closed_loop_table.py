@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ._enginesim import fmt
+from ._enginesim import fmt, tex_pct
 from ..engine.results.metrics import config_label_text
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
@@ -71,7 +71,7 @@ def to_latex(t: pd.DataFrame, ctx: TraceContext, summary: dict) -> str:
         lines.append(f"{tex_escape(ctx.dataset_label(r.dataset))}{mark} & {tex_escape(cfg)} & {int(r.batch_size)} & "
                      f"{int(r.requests)} & {_with_interval(r.measured, r.measured_ci_low, r.measured_ci_high, r.requests)} & "
                      f"{_with_interval(r.simulated, r.simulated_ci_low, r.simulated_ci_high, r.requests)} & "
-                     f"{round(100 * r.error):+d}\\,\\% \\\\")  # round(): no "-0 %"
+                     f"{tex_pct(r.error, sign=True)} \\\\")
     if not len(t):
         lines.append(r"\multicolumn{7}{c}{no configuration both benchmarked and traced} \\")
     note = " ".join(x for x in (few_requests_sentence(t), summary.get("explanation", "")) if x)

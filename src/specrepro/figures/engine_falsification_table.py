@@ -177,10 +177,23 @@ def to_latex(t: pd.DataFrame) -> str:
     return "\n".join(lines + [r"\bottomrule", r"\end{tabular}"]) + "\n"
 
 
+def timing_note(run_config: dict, exp: str) -> str:
+    """How this run timed the experiment's jobs on a CPU (the caption names the setting; a reader needs its value)."""
+    if run_config.get("run", {}).get("kind") == "gpu":
+        return ""
+    e = next((x for x in run_config.get("experiments") or [] if x.get("name") == exp), None)
+    if e is None:
+        return ""
+    return (f"This run: exclusive_timing on for {exp}, its timed jobs ran with no other job beside them."
+            if e.get("exclusive_timing") else
+            f"This run: exclusive_timing off for {exp}, each timed job shared the cores with up to one other job.")
+
+
 def build(args, ctx: TraceContext) -> None:
     doc = read_json(args.falsification)
     t = rows(doc, read_json(args.drafted) if args.drafted else None)
     write_csv(args.csv, t.assign(run_kind=ctx.run_kind), float_format="%.6g")
-    note = misses_note(doc)
+    note = " ".join(x for x in (timing_note(read_json(args.run_config), ctx.subject.removeprefix("engine-")),
+                                misses_note(doc)) if x)
     write_text(args.output, to_latex(t) + (f"\n\\smallskip\n\\parbox{{\\textwidth}}{{\\footnotesize "
                                            f"{tex_escape(note)}}}\n" if note else ""))

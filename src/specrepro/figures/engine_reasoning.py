@@ -26,7 +26,7 @@ SPEC = FigureSpec(
         "stand-ins) these numbers show trends at most and are not evidence for or against the paper."
     ),
     paper_statement=(
-        "SD also pays on long reasoning outputs: Qwen3-8B thinking on AIME gains 1.52-1.56x with n-gram and "
+        "SD also pays on long reasoning outputs: Qwen3-8B thinking on AIME gains 1.50-1.56x with n-gram and "
         "1.66-1.80x with EAGLE-3 (B = 1-16); GLM-4.5-Air's MTP gains 1.77x at B = 1 on AIME, falling to 1.20x at "
         "B = 4; no-SD throughput at B = 1 is about 135 tokens/s (Qwen3-8B) and 146 tokens/s (GLM-4.5-Air)."
     ),

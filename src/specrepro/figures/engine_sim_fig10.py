@@ -53,6 +53,8 @@ def add_arguments(p) -> None:
     p.add_argument("--measured-bounds", help="results/simulator/engine-<exp>/measured_bounds.csv: vLLM's oracle "
                                              "drafters beside the simulated bound (specrepro engine-drafted)")
     p.add_argument("--closed-loop", required=True, help="results/simulator/engine-<exp>/closed_loop.json")
+    p.add_argument("--drafted", help="results/simulator/engine-<exp>/drafted.json, where the experiment ran draft jobs "
+                   "(its repeat check: the noise floor between jobs)")
 
 
 def build(args, ctx: TraceContext) -> None:
@@ -84,6 +86,6 @@ def build(args, ctx: TraceContext) -> None:
         for h, lab in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(lab, h)
     handles, labels = list(seen.values()), list(seen)
-    fig.suptitle(error_statement(args.closed_loop, sep=";\n"), fontsize=6.5)
+    fig.suptitle(error_statement(args.closed_loop, sep=";\n", drafted=args.drafted), fontsize=6.5)
     fig.legend(handles, labels, loc="outside lower center", ncol=len(labels), frameon=False)
     style.save_pdf(fig, args.output)

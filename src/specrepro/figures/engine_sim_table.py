@@ -44,6 +44,8 @@ def add_arguments(p) -> None:
     p.add_argument("--summary", required=True)
     p.add_argument("--schedule", required=True)
     p.add_argument("--closed-loop", required=True)
+    p.add_argument("--drafted", help="results/simulator/engine-<exp>/drafted.json, where the experiment ran draft jobs "
+                   "(its repeat check: the noise floor between jobs)")
     p.add_argument("--csv", required=True)
 
 
@@ -102,7 +104,7 @@ def build(args, ctx: TraceContext) -> None:
     t = bounds_table(df)
     order = {d: i for i, d in enumerate(ctx.datasets)}
     t = t.sort_values(["dataset", "batch_size"], key=lambda s: s.map(order) if s.name == "dataset" else s)
-    note = (error_statement(args.closed_loop) + f" n-gram's match probability where its trace says 1 token: "
+    note = (error_statement(args.closed_loop, drafted=args.drafted) + f" n-gram's match probability where its trace says 1 token: "
             f"{fmt(sched.get('ngram_match_prob'))} (from its trace job's undrafted positions).")
     for m, why in (sched.get("left_out") or {}).items():
         note += f" Left out: {m} ({why})."

@@ -292,7 +292,7 @@ def build(args, ctx: TraceContext) -> None:
         fig.legend(list(handles.values()), list(handles.keys()), loc="outside upper center",
                    ncol=min(len(handles), 4), frameon=False)
     total, failed = int(t["points"].sum()), int(t["failed"].sum())
-    note = f"{failed} of {total} points failed and are excluded."
+    note = f"{failed} of {total} measurements (one request at one batch size) failed and are excluded."
     vtree = [x for x in lossless_summary(t) if x["engine"] == "vllm" and x["tree"]]
     if vtree:  # the caveat of vLLM's tree path, with its lossless check
         note += (" vLLM's tree path verifies the tree as a chain; its greedy outputs identical to no SD's: "

@@ -150,17 +150,24 @@ def verification_check(breakdown: pd.DataFrame) -> dict:
                 "shown": None}
     names = [n for n in ("drafting", "verification", "sampling", "overhead") if f"{n}_share" in breakdown]
     label = "config" if "config" in breakdown else "method"
-    rows, shown = [], True
+    rows, beaten = [], []
     # one share per configuration and batch size: the phases' times pooled over the profiled requests
     for (cfg, b), g in breakdown.groupby([label, "batch_size"], sort=False):
         if all(f"{n}_s" in g for n in names) and "total_s" in g and float(g["total_s"].sum()) > 0:
             share = {n: float(g[f"{n}_s"].sum()) / float(g["total_s"].sum()) for n in names}
         else:
             share = {n: float(g[f"{n}_share"].mean()) for n in names}
-        shown &= share["verification"] >= max(share.values()) - 1e-12
+        top = max(share, key=share.get)
+        if share["verification"] < share[top] - 1e-12:
+            beaten.append(f"{cfg} B={int(b)}: {top} {100 * share[top]:.1f} % > verification "
+                          f"{100 * share['verification']:.1f} %")
         rows.append(f"{cfg} B={int(b)} {100 * share['verification']:.0f} %")
-    return {"check": "verification dominates the step", "measured": "; ".join(rows),
-            "paper": "verification 42-95 % of the step (Fig. 4)", "shown": bool(shown)}
+    # "dominates" = the largest phase of every profiled step (the paper's 42 % on Qwen3-8B is its largest phase too)
+    measured = "verification the largest phase: " + "; ".join(rows)
+    if beaten:
+        measured += " -- not the largest at " + "; ".join(beaten)
+    return {"check": "verification dominates the step", "measured": measured,
+            "paper": "verification 42-95 % of the step (Fig. 4)", "shown": not beaten}
 
 
 def _iv(iv: Interval, unit: str = "", f: str = "{:.2f}") -> str:
@@ -336,7 +343,7 @@ def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]
         parts.append(f"{p} {d} {lo['oracle_over_best_fixed']:.2f}x (B={int(lo['batch_size'])}) to "
                      f"{hi['oracle_over_best_fixed']:.2f}x (B={int(hi['batch_size'])})")
     out.append({"check": "the oracle's margin over a fixed k widens with batch size (simulated)",
-                "measured": "; ".join(parts) or "one batch size", "paper": "1.30x at B=1, 1.49x at B=128 (Fig. 10a)",
+                "measured": "; ".join(parts) or "one batch size", "paper": "1.30x at B=1, 1.36x at B=128 (Fig. 10a: 2.73/2.1, 1.52/1.12)",
                 "shown": widen if parts else None})
     if closed and closed.get("points"):
         # the error's sign and the ordering beside its baseline, worded as above the experiment's Figs. 10 and 12

@@ -119,11 +119,11 @@ def build(args, ctx: TraceContext) -> None:
                     color = "white" if abs(v) > 0.6 * vmax else "black"
                     # no 95 % interval over fewer than MIN_INTERVAL_REQUESTS requests (the caption says so)
                     has_ci = np.isfinite(lo[y, x]) and np.isfinite(hi[y, x]) and counts[x] >= MIN_INTERVAL_REQUESTS
-                    ax.text(x, y - (0.12 if has_ci else 0), f"{v:+.0f}", ha="center", va="center", fontsize=5.5,
+                    ax.text(x, y - (0.12 if has_ci else 0), style.whole(v, sign=True), ha="center", va="center", fontsize=5.5,
                             color=color)
                     if has_ci:
                         # "low…high" without signs of positive bounds: narrower than a cell (brackets and signs were not)
-                        ax.text(x, y + 0.22, f"{lo[y, x]:.0f}…{hi[y, x]:.0f}", ha="center", va="center",
+                        ax.text(x, y + 0.22, f"{style.whole(lo[y, x])}…{style.whole(hi[y, x])}", ha="center", va="center",
                                 fontsize=3.6, color=color)
             ax.set_yticks(range(len(bss)), [str(b) for b in bss])
             ax.set_xticks(range(nb), [f"{args.bleu_edges[k]:.1f}-{args.bleu_edges[k + 1]:.1f}\nn={counts[k]}"

@@ -70,7 +70,7 @@ def build(args, ctx: TraceContext) -> None:
         cells = [f"{r[f'{p}_released_{e}']:.3f} / {r[f'{p}_recomputed_{e}']:.3f}"
                  for p in ("oracle", "fixed-3") for e in ("bmin", "bmax")]
         lines.append(f"{tex_escape(ctx.dataset_label(r['dataset']))} & {r['positions']:,d} & "
-                     f"{100 * r['agreement_fitting']:.4f}\\% & {100 * r['agreement']:.2f}\\% & "
+                     f"{100 * r['agreement_fitting']:.2f}\\% & {100 * r['agreement']:.2f}\\% & "
                      + " & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", ""]
     write_text(args.output, "\n".join(lines) + released_note(t, ctx))

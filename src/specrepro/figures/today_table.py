@@ -6,7 +6,7 @@ import math
 
 import pandas as pd
 
-from . import FigureSpec, TraceContext
+from . import FigureSpec, TraceContext, style
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
 from ..analysis.today import (METHODS, MIXED, MIXED_CSV, ORACLE, gap_table, mixed_statements, mixed_table,
@@ -29,7 +29,8 @@ SPEC = FigureSpec(
         "bootstrap intervals over the drawn requests. Second: today's methods, each with, in brackets, the share of the "
         "gap between the paper's best fixed k and the oracle it closes ((S - best fixed) / (oracle - best fixed); "
         "negative: slower than that fixed k); a schedule also gains by a larger k alone (it takes k = 10 and more at "
-        "B = 1). At one batch size a schedule is one fixed k of the same candidates, so it cannot beat 'same k' there; "
+        "B = 1). At one batch size an n-gram or EAGLE schedule is one fixed k of the same candidates, so it cannot beat "
+        "'same k' there (suffix k(B) can: suffix decoding is not among those candidates); "
         "what choosing k by batch size gains shows on mixed batch sizes (the third table). k by batch size: each "
         "dataset is simulated with the schedule chosen on the other datasets (per batch size, the k with the best "
         "geometric-mean fixed-k speedup); the pooled schedules, what an engine is given, are listed below with the "
@@ -70,7 +71,7 @@ def _with_ci(text: str, r: dict, key: str) -> str:
 
 
 def _share(closed: float | None) -> str:
-    return "--" if closed is None or math.isnan(closed) else f"{round(100 * closed) + 0:+d}\\%"  # no "-0"
+    return "--" if closed is None or math.isnan(closed) else style.whole(100 * closed, sign=True) + "\\%"
 
 
 def _cell(v: float, closed: float) -> str:
@@ -227,4 +228,5 @@ def finding(csv) -> str:
     if honest.notna().any():
         text += (f" ({100 * honest.min():.0f}-{100 * honest.max():.0f} % against Oracle Combine charged both "
                  "drafters)")
-    return text + "; at any one batch size it is a fixed k and closes nothing by construction."
+    return text + ("; at any one batch size an n-gram or EAGLE schedule is a fixed k of the same candidates and closes "
+                   "nothing beyond them by construction.")

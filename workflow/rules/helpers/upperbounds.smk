@@ -52,6 +52,11 @@ def measured_bounds(wc):
     return [f"results/simulator/engine-{wc.exp}/measured_bounds.csv"] if wc.exp in DRAFTED_EXPERIMENTS else []
 
 
+def drafted_summary(wc):
+    """engine-drafted's summary where the experiment ran draft jobs (its repeat check: the closed loop's noise floor)."""
+    return [f"results/simulator/engine-{wc.exp}/drafted.json"] if wc.exp in DRAFTED_EXPERIMENTS else []
+
+
 def costfit_targets():
     return ["figures/fig_costfit-engine.pdf", "figures/tab_costfit-engine.tex"] if COSTFIT_EXPERIMENTS else []
 
