@@ -227,8 +227,11 @@ def layout(items: Sequence[Item], summaries: Sequence[dict], run_config: dict, k
                             f"({'; '.join(b['title'] for b in p['claims'] if b['title'])})"
                             + (f"; the CPU model's own measured and simulated upper bounds are in "
                                f"the section “{CPU_MODEL_TITLE}”." if run_config.get("run", {}).get("kind") == "cpu" else "."))
-        p["statement"] = next((b["statement"] for b in p["claims"] if b["statement"]), "") or \
-            (first[0].paper_statement if first and s.part == PAPER else "")
+        # a block of this very figure first: section 12's "Figs. 10, 12" block states Fig. 10's widening gap
+        own = ref_numbers(first[0].paper_ref) if first else set()
+        stated = [b for b in p["claims"] if b["statement"]]
+        p["statement"] = next((b["statement"] for b in stated if ref_numbers(b["label"]) == own), "") or \
+            next((b["statement"] for b in stated), "") or (first[0].paper_statement if first and s.part == PAPER else "")
         if p["figures"] or p["claims"] or s.key in keep:
             out.append(p)
     return out

@@ -16,8 +16,9 @@ SPEC = FigureSpec(
     caption=(
         "Difference in tokens per verification step, {first_label} minus {second_label}, at each output "
         "position ({subject_label}); blue: {first_label} produces more, red: {second_label} produces more. "
-        "Positions are paired by index, as Oracle Combine pairs them; white where either trace has no value. "
-        "Rows sorted by output length; colour capped at +/-{color_max}."
+        "Positions are paired by index, as Oracle Combine pairs them; white where the two produce the same number "
+        "(a tie) or either trace has no value. Rows sorted by output length, output positions 0 to {max_position} "
+        "(later ones not drawn); colour capped at +/-{color_max}."
     ),
     paper_statement=(
         "Neither proposer dominates: n-gram wins in long runs of positions (copied code, quoted text) and "

@@ -15,13 +15,14 @@ SPEC = FigureSpec(
     paper_ref="Fig. 5",
     caption=(
         "Tokens one verification step would produce at each generated-token position ({subject_label}). "
-        "Rows are requests sorted by output length (shortest on top), columns are output positions; "
-        "white-yellow beyond a request's end. Colour is capped at {color_max} tokens (traces allow up to 21)."
+        "Rows are requests sorted by output length (shortest on top), columns are output positions 0 to "
+        "{max_position} (later positions are not drawn; the acceptance table counts them all); white-yellow beyond a "
+        "request's end. Colour is capped at {color_max} tokens (traces allow up to 21)."
     ),
     paper_statement=(
-        "Acceptance is far from uniform: n-gram drafts are accepted in long bursts on some requests and "
-        "positions (code editing) and hardly at all elsewhere (ShareGPT), while EAGLE accepts a few tokens "
-        "almost everywhere."
+        "Acceptance is far from uniform: n-gram drafts are accepted in long bursts, on most code-editing requests "
+        "and on ShareGPT in rarer bursts between long stretches where nothing is accepted, while EAGLE accepts a few "
+        "tokens almost everywhere."
     ),
     data="released traces",
     sources=(

@@ -84,6 +84,5 @@ def build(args, ctx: TraceContext) -> None:
         ax.set_axisbelow(True)
         ax.legend(fontsize=5, frameon=False)
     if ctx.run_kind != "gpu":
-        fig.text(0.0, -0.01, f"{ctx.run_kind.upper()} run (tiny or small models on CPU): not evidence for the paper.", ha="left",
-                 va="top", fontsize=6, color="#444444")
+        style.figure_note(fig, f"{ctx.run_kind.upper()} run (tiny or small models on CPU): not evidence for the paper.")
     style.save_pdf(fig, args.output)

@@ -221,6 +221,5 @@ def build(args, ctx: TraceContext) -> None:
     handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[p]) for p in BREAKDOWN_PHASES]
     fig.legend(handles, [PHASE_LABELS[p] for p in BREAKDOWN_PHASES], loc="outside upper center", ncol=4,
                frameon=False)
-    fig.text(0.0, -0.04, footnote(t, ctx.run_kind) + " Bars: batch sizes B.", ha="left", va="top", fontsize=6,
-             color="#444444")
+    style.figure_note(fig, footnote(t, ctx.run_kind) + " Bars: batch sizes B.", y=-0.04)
     style.save_pdf(fig, args.output)

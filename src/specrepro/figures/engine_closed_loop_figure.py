@@ -84,7 +84,7 @@ def build(args, ctx: TraceContext) -> None:
     ax.set_axisbelow(True)
     note = few_requests_note(t)
     if note:
-        fig.text(0.0, -0.01, note, ha="left", va="top", fontsize=6, color="#444444")
+        style.figure_note(fig, note)
     style.save_pdf(fig, args.output)
 
 

@@ -39,7 +39,8 @@ SPEC = FigureSpec(
     data="engine runs (profiled steps)",
 )
 
-ROLE_COLORS = {"target": "#FF7F0E", "ngram": "#4C8DC4"}
+# the target in black: no method's colour (EAGLE's orange was one shade off its old #FF7F0E)
+ROLE_COLORS = {"target": "#222222", "ngram": "#4C8DC4"}
 CSV_COLUMNS = ["exp", "model", "source", "role", "drafter", "n_points", "r2", "rmse_s", "mean_abs_relative_residual",
                "coefficients"]
 

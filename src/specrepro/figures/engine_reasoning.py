@@ -101,5 +101,5 @@ def build(args, ctx: TraceContext) -> None:
     if seen:
         fig.legend(list(seen.values()), list(seen.keys()), loc="outside upper center", ncol=min(len(seen), 6),
                    frameon=False)
-    fig.text(0.0, -0.01, footnote(t, ctx.run_kind), ha="left", va="top", fontsize=6, color="#444444")
+    style.figure_note(fig, footnote(t, ctx.run_kind))
     style.save_pdf(fig, args.output)

@@ -299,5 +299,5 @@ def build(args, ctx: TraceContext) -> None:
                  + ", ".join(f"{x['exp']} {x['config']} {x['identical']}/{x['compared']}" for x in vtree) + ".")
     if ctx.run_kind != "gpu":
         note = f"{(ctx.run_kind or 'unknown').upper()} run: not evidence for the paper. " + note
-    fig.text(0.0, -0.01, note, ha="left", va="top", fontsize=6, color="#444444")
+    style.figure_note(fig, note)
     style.save_pdf(fig, args.output)

@@ -69,6 +69,16 @@ def dataset_row(n: int, height: float):
     return fig, list(axes[0])
 
 
+def figure_note(fig, text: str, y: float = -0.01, size: float = 6) -> None:
+    """A note under the axes, wrapped to the figure's width: one long line would widen the saved (tight) PDF and so
+    shrink the whole figure, its text with it, when the report sets it at the text width."""
+    import textwrap
+
+    chars = max(40, int(fig.get_figwidth() * 72 / (0.5 * size)))
+    fig.text(0.0, y, "\n".join(textwrap.fill(line, chars, break_on_hyphens=False) for line in str(text).split("\n")),
+             ha="left", va="top", fontsize=size, color="#444444")
+
+
 def panel_title(ax, text: str, **kw) -> None:
     """``ax.set_title`` with each line wrapped to the panel's width, so titles of neighbouring panels never run
     into each other (long dataset or model labels in narrow panels)."""
