@@ -23,7 +23,7 @@ SPEC = FigureSpec(
         "BLEU-4 of their output against their prompt ({subject_label}; all requests of each trace, each "
         "simulated as a batch of B copies in paper mode). A cell is the ratio of mean throughputs over its "
         "requests; n under each bucket counts them; below the value, low…high, its 95 % bootstrap interval over those "
-        "requests (paired: both proposers on the same requests; none over fewer than 8 requests). Top row: n-gram k = 3; bottom row: k = 5."
+        "requests (paired: both proposers on the same requests; none over fewer than 8 requests). One row per dataset; left column: n-gram k = 3, right: k = 5."
     ),
     paper_statement=(
         "The more the output copies the prompt, the better n-gram does: on InstructCoder (Llama-3.1-8B, engine "
@@ -97,11 +97,13 @@ def build(args, ctx: TraceContext) -> None:
     datasets = [d for d in ctx.datasets if d in set(cells["dataset"])]
     vmax = float(np.nanmax(np.abs(cells["relative_improvement"]))) * 100 or 1.0
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-vmax, vmax=vmax)
-    fig, axes = plt.subplots(len(args.ngram_policies), len(datasets), squeeze=False, constrained_layout=True,
-                             figsize=(style.FULL_WIDTH, 2.05 * len(args.ngram_policies) + 0.3))
+    # one row per dataset, one column per n-gram k: cells twice as wide as four panels a row, so a cell's value and
+    # its interval print at a readable size
+    fig, axes = plt.subplots(len(datasets), len(args.ngram_policies), squeeze=False, constrained_layout=True,
+                             figsize=(style.FULL_WIDTH, 1.75 * len(datasets) + 0.3))
     image = None
-    for i, pol in enumerate(args.ngram_policies):
-        for j, ds in enumerate(datasets):
+    for j, pol in enumerate(args.ngram_policies):
+        for i, ds in enumerate(datasets):
             ax = axes[i][j]
             c = cells[(cells["dataset"] == ds) & (cells["ngram_policy"] == pol)]
             bss = sorted(c["batch_size"].unique(), reverse=True)
@@ -120,20 +122,20 @@ def build(args, ctx: TraceContext) -> None:
                     color = "white" if abs(v) > 0.6 * vmax else "black"
                     # no 95 % interval over fewer than MIN_INTERVAL_REQUESTS requests (the caption says so)
                     has_ci = np.isfinite(lo[y, x]) and np.isfinite(hi[y, x]) and counts[x] >= MIN_INTERVAL_REQUESTS
-                    ax.text(x, y - (0.12 if has_ci else 0), style.whole(v, sign=True), ha="center", va="center", fontsize=5.5,
+                    ax.text(x, y - (0.12 if has_ci else 0), style.whole(v, sign=True), ha="center", va="center", fontsize=6.5,
                             color=color)
                     if has_ci:
                         # "low…high" without signs of positive bounds: narrower than a cell (brackets and signs were not)
                         ax.text(x, y + 0.22, f"{style.whole(lo[y, x])}…{style.whole(hi[y, x])}", ha="center", va="center",
-                                fontsize=3.6, color=color)
+                                fontsize=5.5, color=color)
             ax.set_yticks(range(len(bss)), [str(b) for b in bss])
             ax.set_xticks(range(nb), [f"{args.bleu_edges[k]:.1f}-{args.bleu_edges[k + 1]:.1f}\nn={counts[k]}"
-                                      for k in range(nb)], fontsize=5, rotation=45, ha="right",
+                                      for k in range(nb)], fontsize=6, rotation=0, ha="center",
                           rotation_mode="anchor")
             style.panel_title(ax, f"{ctx.dataset_label(ds)}, k={pol.split('-')[-1]}")
             if j == 0:
                 ax.set_ylabel("Batch size")
-            if i == len(args.ngram_policies) - 1:
+            if i == len(datasets) - 1:
                 ax.set_xlabel("BLEU-4 (output vs prompt)")
     cb = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, aspect=30, pad=0.01)
     cb.set_label("n-gram vs EAGLE (%)")
