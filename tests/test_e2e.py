@@ -169,7 +169,7 @@ def test_smollm2_stand_in(cpu_run):
     # its traces hold 2 requests per workload (the CPU run's budget): no per-request figure, and the section says so
     for name in ("fig05_acceptance_heatmap", "fig07_request_span", "fig11_acceptance_diff"):
         assert f"{name}-engine-smollm2" not in tex
-    assert r"\textbf{Left out:}" in section and "CPU stand-in (SmolLM2-135M) {(}2 requests per workload)" in section
+    assert r"\textbf{Left out:}" in section and "SmolLM2-135M on CPU (the real model) {(}2 requests per workload)" in section
     assert tex.count(r"\textbf{Left out:}") == 1  # in the CPU model's section, not repeated by its hybrid section
     lossless = pd.read_csv(cpu_run / "results" / "engine" / "lossless.csv")
     sd = lossless[(lossless["exp"] == "smollm2") & (lossless["method"] != "none")]

@@ -437,6 +437,8 @@ def diagnostics(table: pd.DataFrame, fit_report: Mapping | None, repeat: Mapping
         out["outside_steps_share"] = fit_report.get("outside_steps_share")
         out["overhead_per_step_s"] = fit_report.get("overhead_per_step")
         out["overhead_by_config_s"] = fit_report.get("overhead_by_config")
+        out["overhead_by_method_s"] = fit_report.get("overhead_by_method")
+        out["overhead_per_token_s"] = fit_report.get("overhead_per_token")
         out["prefill_drafting_share_by_config"] = fit_report.get("prefill_drafting_share_by_config")
     return out
 
@@ -550,9 +552,15 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
                    "processing), which the cost model does not charge")
     oc = diag.get("overhead_by_config_s") or {}
     if oc and diag.get("overhead_per_step_s") is not None:
-        why.append("per-step overhead by configuration " + ", ".join(f"{c} {1e3 * v:.1f} ms" for c, v in oc.items())
-                   + f" against the model's one constant {1e3 * diag['overhead_per_step_s']:.1f} ms (the LM head and the "
-                   "rejection sampler grow with the verified tokens)")
+        # the model's overhead: one per method (no SD's for the baseline) plus a per-scheduled-token term
+        om = diag.get("overhead_by_method_s") or {}
+        model = ", ".join([f"no SD {1e3 * diag['overhead_per_step_s']:.1f} ms"]
+                          + [f"{m} {1e3 * v:.1f} ms" for m, v in om.items()])
+        tok = diag.get("overhead_per_token_s")
+        model += f", plus {1e3 * tok:.2f} ms per scheduled token" if tok else ""
+        why.append("measured per-step overhead by configuration " + ", ".join(f"{c} {1e3 * v:.1f} ms" for c, v in oc.items())
+                   + f" against the model's ({model}; measured, the LM head and the rejection sampler grow with "
+                   "the verified tokens)")
     pd_share = {c: v for c, v in (diag.get("prefill_drafting_share_by_config") or {}).items() if v > 0}
     if pd_share:
         why.append("drafting at the prefill step, which the simulator does not charge, takes "

@@ -289,7 +289,9 @@ def hybrid_summary(table: pd.DataFrame, singles: Sequence[str]) -> pd.DataFrame:
             rows.append({"exp": exp, "dataset": ds, "batch_size": int(b), "hybrid": h.method, "config": h.config,
                          "measured": h.measured, "measured_ci_low": h.measured_ci_low,
                          "measured_ci_high": h.measured_ci_high, "simulated": h.simulated, "error": h.error,
-                         "best_single": best["method"], "best_single_measured": float(best["measured"]),
+                         "best_single": best["method"],
+                         "best_single_k": int(best["k"]) if "k" in best and pd.notna(best["k"]) else None,
+                         "best_single_measured": float(best["measured"]),
                          "best_single_simulated": float(best_sim), "combine_measured": cm, "combine_simulated": cs,
                          "vs_best_measured": h.measured / float(best["measured"]) - 1.0,
                          "gap_closed_measured": (gap_closed(h.measured, float(best["measured"]), cm) if resolved

@@ -78,26 +78,45 @@ def ordering_text(s: dict) -> str:
 
 def noise_floor_text(drafted_path=None) -> str:
     """The draft jobs' repeat check (``drafted.json``'s ``repeat``: one configuration measured in two jobs) as the
-    closed loop's noise floor: ``the same configuration in two jobs: 12 % apart (median of 2 pairs), the noise floor
-    an error below which is not resolved here``; empty without a file or pairs."""
+    closed loop's noise floor: ``one configuration timed in two jobs (...): 12 % apart (median of 2 pairs), the
+    noise floor an error below which is not resolved here``; empty without a file or pairs."""
     rep = (read_json(drafted_path).get("repeat") or {}) if drafted_path else {}
     if not rep.get("pairs"):
         return ""
     n = int(rep["pairs"])
-    return (f"the same configuration in two jobs: {100 * rep['median_abs']:.0f} % apart (median of {n} pair"
-            f"{'s' if n > 1 else ''}), the noise floor an error below which is not resolved here")
+    return (f"one configuration timed in two jobs (a draft job replaying its trace, and the benchmark): "
+            f"{100 * rep['median_abs']:.0f} % apart (median of {n} pair{'s' if n > 1 else ''}), the noise floor an "
+            "error below which is not resolved here")
+
+
+def measured_bound_text(drafted_path=None) -> str:
+    """The simulated upper bound against the one measured inside vLLM (``drafted.json``'s ``oracle``: the oracle
+    drafter's jobs): ``the upper bound measured inside vLLM (10 points): simulated median |error| 8 %, worst 21 %,
+    mean +7 % (the simulated bound optimistic)``; empty without a file or points."""
+    o = (read_json(drafted_path).get("oracle") or {}) if drafted_path else {}
+    if not o.get("points"):
+        return ""
+    mean = o.get("mean_error")
+    lean = ""
+    if _finite(mean) and round(100 * mean):
+        lean = " (the simulated bound optimistic)" if mean > 0 else " (the simulated bound pessimistic)"
+    return (f"the upper bound measured inside vLLM ({int(o['points'])} points): median |error| "
+            f"{100 * o['median_abs_error']:.0f} %, worst {100 * o['worst_abs_error']:.0f} %"
+            + (f", mean {signed_pct(mean)}{lean}" if _finite(mean) else ""))
 
 
 def error_statement(path, sep: str = "; ", drafted=None) -> str:
     """How far the simulator is from this experiment's measured speedups (the closed loop): its size, its sign, its
-    ordering beside the most-common-order baseline and, with ``drafted`` (``drafted.json``), the noise floor between
-    jobs (:func:`noise_floor_text`), the clauses joined by ``sep`` (``";\n"`` for a figure's title on several lines)."""
+    ordering beside the most-common-order baseline and, with ``drafted`` (``drafted.json``), the measured upper bound
+    (:func:`measured_bound_text`) and the noise floor between jobs (:func:`noise_floor_text`), the clauses joined by
+    ``sep`` (``";\n"`` for a figure's title on several lines)."""
     s = read_json(path)
     if not s.get("points"):
         return "Closed loop: no configuration both benchmarked and traced; the simulator is unchecked here."
     parts = [f"Checked against this run's measurements (closed loop): median |error| {100 * s['median_abs_error']:.0f} %, "
              f"worst {100 * s['worst_abs_error']:.0f} % over {s['points']} points"]
-    parts += [x for x in (signed_error_text(s), ordering_text(s), noise_floor_text(drafted)) if x]
+    parts += [x for x in (signed_error_text(s), ordering_text(s), measured_bound_text(drafted),
+                          noise_floor_text(drafted)) if x]
     return sep.join(parts) + "."
 
 

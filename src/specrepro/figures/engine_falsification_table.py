@@ -55,8 +55,11 @@ SPEC = FigureSpec(
 LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapped",
           "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
           "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
-          "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: the same configuration, another job",
+          "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: one configuration in two jobs (its trace replayed by a draft job, and the benchmark)",
           "calibration": "calibration", "oracle": "measured upper bound"}
+#: the rows that feed the closed loop a wrong input: each is set beside the real traces' row
+VARIANTS_OF_REAL = ("drafters-swapped", "all-accepted", "none-accepted", "other-dataset", "lookup-drafter-swapped",
+                    "no-traces")
 #: the suffix of a row that repeats the calibration or upper bound row less its slow-window job
 WITHOUT_DRIFTED = "-without-drifted"
 COLUMNS = ["variant", "points", "median_abs_error", "worst_abs_error", "mean_error", "optimistic_points", "ratio",
@@ -145,8 +148,15 @@ def to_latex(t: pd.DataFrame) -> str:
     lines = [r"\begin{tabular}{@{}>{\raggedright\arraybackslash}p{0.3\textwidth}rrrrlll@{}}", r"\toprule",
              r" & & & & & \multicolumn{3}{c}{ordering agrees [most common order]} \\ \cmidrule(l){6-8}",
              r"simulator's input & median & worst & mean & $\times$ real & methods & datasets & $k$ \\", r"\midrule"]
+    real = t.loc[t["variant"] == "real", "points"]
+    n_real = int(real.iloc[0]) if len(real) and pd.notna(real.iloc[0]) else None
     for r in t.itertuples(index=False):
         name = tex_escape(LABELS.get(r.variant, r.variant))
+        if (n_real is not None and r.variant in VARIANTS_OF_REAL and pd.notna(r.points)
+                and int(r.points) != n_real):
+            # a variant that predicts fewer points (no traces: a point with no other dataset to copy) is compared
+            # with the real error on its own points, not the real row's
+            name += f" ({int(r.points)} of {n_real} points; $\\times$ real on those)"
         if isinstance(r.not_applicable, str) and r.not_applicable:
             lines.append(f"{name} & \\multicolumn{{7}}{{l}}{{not applicable: {tex_escape(r.not_applicable)}}} \\\\")
             continue

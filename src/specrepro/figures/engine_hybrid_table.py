@@ -13,6 +13,8 @@ point no interval is printed, and where it loses is read on the point values.
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 import pandas as pd
@@ -205,7 +207,13 @@ def finding(csv) -> str:
     name = "hybrid-adaptive" if (t["hybrid"] == "hybrid-adaptive").any() else str(t["hybrid"].iloc[0])
     g = t[t["hybrid"] == name]
     few = _few(g)
-    best = ", ".join(style.METHOD_LABELS.get(m, m) for m in dict.fromkeys(g["best_single"]))
+    ks = g["best_single_k"] if "best_single_k" in g else pd.Series([None] * len(g), index=g.index)
+    best = ", ".join(style.METHOD_LABELS.get(m, m) + (f" at k = {int(k)}" if pd.notna(k) else "")
+                     for m, k in dict.fromkeys(zip(g["best_single"], ks)))
+    # the hybrid's model drafter and its k, from the job's name (hybrid-<policy>-<drafter>-k<k>): a k the best single
+    # method does not use is part of the comparison
+    m = re.search(r"-([a-z0-9_]+)-k(\d+)$", str(g["config"].iloc[0])) if "config" in g else None
+    drafter = (f" ({style.METHOD_LABELS.get(m.group(1), m.group(1))} at k = {m.group(2)})" if m else "")
     if few.any():
         below = g["measured"] < g["best_single_measured"]
         above = g["measured"] > g["best_single_measured"]
@@ -217,7 +225,8 @@ def finding(csv) -> str:
         above = g["measured_ci_low"] > g["best_single_measured"]
         how = ", beyond its 95 % interval,"
         basis = ""
-    text = (f"Chosen online inside vLLM, the {name.removeprefix('hybrid-')} hybrid of n-gram and the model drafter "
+    text = (f"Chosen online inside vLLM, the {name.removeprefix('hybrid-')} hybrid of n-gram and the model drafter"
+            f"{drafter} "
             f"reaches {g['measured'].min():.2f}-{g['measured'].max():.2f}x over no SD against "
             f"{g['best_single_measured'].min():.2f}-{g['best_single_measured'].max():.2f}x for the better single method "
             f"({best}) at the same {len(g)} (dataset, B) points, and is{how} below it at {int(below.sum())} of them and "

@@ -1,4 +1,4 @@
-"""Table: which of the paper's qualitative findings a CPU stand-in shows, each with its measured numbers.
+"""Table: which of the paper's qualitative findings the real CPU model shows, each with its measured numbers.
 
 For every experiment with ``trend_checks: true`` (the CPU run's real model, SmolLM2-135M):
 
@@ -58,10 +58,10 @@ from ._enginesim import ordering_text, signed_error_text
 SPEC = FigureSpec(
     name="tab_trends",
     kind="table",
-    title="Trend checks on a CPU stand-in",
+    title="Trend checks on the real CPU model",
     paper_ref="Figs. 1, 4, 5; Sec. 4",
     caption=(
-        "Which of the paper's qualitative findings the CPU stand-in ({subject_label}) shows, each with the numbers "
+        "Which of the paper's qualitative findings the real CPU model ({subject_label}) shows, each with the numbers "
         "measured in this run: vLLM's counters and profiled phases on the stand-in's own workloads (written to be "
         "shaped like the paper's four datasets); the paper's ranking of workloads by n-gram acceptance comes from its "
         "released Llama-3.1-8B traces. Speedups: all workloads pooled, with 95% bootstrap intervals over requests; "
@@ -73,7 +73,7 @@ SPEC = FigureSpec(
         "counters), each with its 95% interval over requests and per workload: the held-out prompts are new "
         "instances of the training's templates (tools/make_smollm_train_prompts.py), the benchmark's are written "
         "separately, and the two differ by prompt (tools/smollm_acceptance_gap.py walks both with the same rule; "
-        "docs/ARTIFACT.md). A CPU stand-in never decides a paper claim."
+        "docs/ARTIFACT.md). A CPU run never decides a paper claim."
     ),
     paper_statement=(
         "n-gram drafts best where the output repeats the prompt: its simulated speedup at B = 1, k = 5 ranks code "
@@ -137,8 +137,10 @@ def ngram_check(points: pd.DataFrame, templates: dict, paper: dict) -> dict:
     return {
         "check": "n-gram ranks the workloads as the paper's data do",
         "measured": "; ".join(f"{d} {measured[d]:.2f}" for d in ours)
-                    + (f" (tokens per step of n-gram at k = {_ks(ng)} in the benchmark, vLLM's counters, all batch sizes "
-                       "pooled; not the k = 20 traces' acceptance length of the acceptance table, nor a speedup)"),
+                    + (f" (tokens per drafting step of n-gram at k = {_ks(ng)} in the benchmark, vLLM's counters: 1 + "
+                       "accepted / drafts, so a step where n-gram found no match is not counted; all batch sizes "
+                       "pooled; not the k = 20 traces' mean over every position of the acceptance table and the paper "
+                       "column, nor a speedup)"),
         "paper": "; ".join(f"{templates[d]} {paper[templates[d]]:.2f}" for d in theirs) + " (released traces)",
         "shown": shown if common else None,
     }
@@ -340,7 +342,8 @@ def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]
             continue
         lo, hi = g.iloc[0], g.iloc[-1]
         a, b = float(lo["oracle_over_best_fixed"]), float(hi["oracle_over_best_fixed"])
-        f = "{:.3f}" if f"{a:.2f}" == f"{b:.2f}" else "{:.2f}"  # "1.14x to 1.14x" would hide which way it went
+        # as many decimals as tell the two apart (up to 4): "1.14x to 1.14x" would hide which way it went
+        f = next((f"{{:.{n}f}}" for n in (2, 3, 4) if f"{a:.{n}f}" != f"{b:.{n}f}"), "{:.4f}")
         text = (f"{p} {d} {f.format(a)}x (B={int(lo['batch_size'])}) to {f.format(b)}x (B={int(hi['batch_size'])})")
         parts.append(text)
         if not b > a:

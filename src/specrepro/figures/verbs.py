@@ -40,7 +40,7 @@ FIGURES = {
     'tab_memory': ('Sec. 5 (memory): Memory overhead of the drafters', 'engine_memory'),
     'fig_costfit': ('Sec. 6 (simulator cost model): Cost model of each model, fitted to its own engine steps', 'engine_costfit'),
     'tab_costfit': ('Sec. 6 (simulator cost model): Cost-model coefficients of each model', 'engine_costfit_table'),
-    'tab_closed_loop_summary': ('Sec. 6 (beyond the paper): Closed loop of every model: how far to trust its simulated upper bounds', 'engine_closed_loop_summary'),
+    'tab_closed_loop_summary': ('Sec. 6 (beyond the paper): Closed loop of every model: its fixed-k speedups simulated against measured', 'engine_closed_loop_summary'),
     'tab_closed_loop': ('Sec. 6 (beyond the paper): Closed loop: simulated against measured speedup', 'engine_closed_loop_table'),
     'fig_closed_loop': ('Sec. 6 (beyond the paper): Closed loop: simulated against measured speedup', 'engine_closed_loop_figure'),
     'tab_falsification': ('Sec. 6 (beyond the paper): Closed loop against wrong inputs: does it fail?', 'engine_falsification_table'),
@@ -48,7 +48,7 @@ FIGURES = {
     'fig12_sim_engine': ("Fig. 12: Oracle Combine on this run's traces", 'engine_sim_fig12'),
     'tab_sim_engine': ("Figs. 10, 12; beyond the paper: Upper bounds and beyond-paper policies on this run's traces", 'engine_sim_table'),
     'tab_hybrid': ('Sec. 7 (beyond the paper): Choosing the proposer online inside vLLM: the hybrid, measured and simulated', 'engine_hybrid_table'),
-    'tab_trends': ('Figs. 1, 4, 5; Sec. 4: Trend checks on a CPU stand-in', 'engine_trends'),
+    'tab_trends': ('Figs. 1, 4, 5; Sec. 4: Trend checks on the real CPU model', 'engine_trends'),
     'tab_digitiser': ("Figs. 1, 3, 10, 12: The paper's figures read independently", 'digitiser_table'),
     'tab_sizing_validation': ('--: Sizing a run from per-request variance, checked on the released traces', 'sizing_validation'),
 }
