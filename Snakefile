@@ -34,8 +34,9 @@ include: "workflow/rules/report.smk"
 # On a cluster (profiles/slurm) these run on the host that submits, not as cluster jobs: the downloads (compute nodes
 # often reach no network) and every rule that reads tables or traces and writes tables, figures or the report (seconds
 # each, the simulator's on the released traces included). An sbatch job costs more than such a rule: each starts a
-# Snakemake that parses this workflow, and waits for the scheduler. What loads a model or needs a GPU (containers,
-# preflight, model builds, drafter training, engine_*) stays a cluster job; tests/test_cluster.py checks the split.
+# Snakemake that parses this workflow, and waits for the scheduler. What loads a model or needs a GPU (container
+# tests, model builds, drafter training, engine_*) stays a cluster job; image builds and preflight are local too
+# (their rules' own `localrule: True`: apptainer from conda on the submit host); tests/test_cluster.py checks the split.
 localrules:
     all, run_config, report, claims, manifest, hf_model, dataset_input, fetch_released_trace, trace_tables,
     image_record, image_record_sglang, digitise, tab_digitiser, sizing_study, tab_sizing_validation,

@@ -81,9 +81,29 @@ def test_profile_and_dag_give_the_gpu_rule_its_gpu(tmp_path):
     assert sbatch("container_test", res).endswith(" --gpus=1") and " -t 15 " in sbatch("container_test", res)
 
 
+def test_gpu_model_reaches_every_engine_job_of_the_dag(tmp_path):
+    """``cluster.gpu_model`` was documented as giving ``--gpus=h100:N`` while no rule passed it: the helper returned
+    it, the rules' resources left it out, and the plugin submitted a plain ``--gpus=N``."""
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["cluster"] = dict(cfg.get("cluster") or {}, gpu_model="h100")
+    (tmp_path / "paper-h100.yaml").write_text(yaml.safe_dump(cfg))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "dag_probe.py"), str(REPO), str(tmp_path / "paper-h100.yaml"),
+         str(tmp_path / "c"), "results/engine/llama3-70b/bench/none.parquet",
+         "results/engine/llama3-70b/profile/none.timings.parquet"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    engine = [j for j in json.loads(proc.stdout) if j["rule"].startswith("engine_") and j["rule"] != "engine_prompts"]
+    assert {j["rule"] for j in engine} >= {"engine_bench", "engine_profile"}
+    for j in engine:
+        assert j["resources"].get("gpu_model") == "h100", j["rule"]
+        assert sbatch(j["rule"], j["resources"]).endswith(f" --gpus=h100:{j['resources']['gpu']}")
+
+
 #: the rules that load a model or need a GPU: cluster jobs; every other rule is a local rule (the Snakefile's
-#: ``localrules``), so a new rule must be put on one side or the other
-CLUSTER_RULES = {"container_image", "container_test", "preflight", "container_image_sglang", "container_test_sglang",
+#: ``localrules``, or its own ``localrule: True``: the image builds and preflight), so a new rule must be put on one
+#: side or the other
+CLUSTER_RULES = {"container_test", "container_test_sglang",
                  "build_model", "package_model", "drafter_train_data", "drafter_train_states", "train_drafter",
                  "engine_prompts", "engine_bench", "engine_profile", "engine_trace", "engine_draft_bench",
                  "engine_sglang_bench"}
@@ -93,13 +113,18 @@ def workflow_rules() -> tuple[set[str], set[str]]:
     """(every rule of the workflow, the Snakefile's local rules), read from the rule files."""
     import re
 
-    rules = set()
+    rules, own = set(), set()
     for f in [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]:
-        rules |= set(re.findall(r"^rule (\w+):", f.read_text(), re.M))
+        text = f.read_text()
+        rules |= set(re.findall(r"^rule (\w+):", text, re.M))
+        # a rule's own "localrule: True" (until the next rule)
+        for name, body in re.findall(r"^rule (\w+):\n((?:(?!^rule ).*\n)*)", text, re.M):
+            if re.search(r"^    localrule: True", body, re.M):
+                own.add(name)
     block = re.search(r"^localrules:\n((?:    .*\n)+)", (REPO / "Snakefile").read_text(), re.M)
     assert block, "the Snakefile has no localrules block"
     local = {n.strip() for n in block.group(1).replace("\n", " ").split(",") if n.strip()}
-    return rules, local
+    return rules, local | own
 
 
 def test_rules_that_load_models_are_cluster_jobs_and_the_rest_run_where_snakemake_runs():
@@ -112,6 +137,8 @@ def test_rules_that_load_models_are_cluster_jobs_and_the_rest_run_where_snakemak
     assert rules - local == CLUSTER_RULES, {"unclassified": rules - local - CLUSTER_RULES,
                                             "gone": CLUSTER_RULES - rules}
     assert {"hf_model", "dataset_input", "fetch_released_trace", "report"} <= local
+    # built where snakemake runs (apptainer from conda there): the README says so
+    assert {"container_image", "container_image_sglang", "preflight"} <= local
 
 
 def slurm_is_up() -> bool:

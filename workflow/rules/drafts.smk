@@ -35,6 +35,7 @@ rule engine_draft_bench:
         runtime=engine_job_resources("runtime", "draft"),
         mem_mb=engine_job_resources("mem_mb", "draft"),
         cpus_per_gpu=engine_job_resources("cpus_per_gpu", "draft"),
+        gpu_model=engine_job_resources("gpu_model", "draft"),
     log:
         "logs/engine_draft_bench/{exp}/{config}.log",
     container:

@@ -63,6 +63,7 @@ rule engine_bench:
         runtime=engine_job_resources("runtime"),
         mem_mb=engine_job_resources("mem_mb"),
         cpus_per_gpu=engine_job_resources("cpus_per_gpu"),
+        gpu_model=engine_job_resources("gpu_model"),
     # a killed job keeps its checkpoint (<points>.partial.jsonl): the rerun resumes at the first unfinished point
     log:
         "logs/engine_bench/{exp}/{config}.log",
@@ -101,6 +102,7 @@ rule engine_profile:
         runtime=engine_job_resources("runtime", "profile"),
         mem_mb=engine_job_resources("mem_mb", "profile"),
         cpus_per_gpu=engine_job_resources("cpus_per_gpu", "profile"),
+        gpu_model=engine_job_resources("gpu_model", "profile"),
     log:
         "logs/engine_profile/{exp}/{config}.log",
     container:
@@ -156,6 +158,7 @@ rule engine_trace:
         runtime=engine_job_resources("runtime", "trace"),
         mem_mb=engine_job_resources("mem_mb", "trace"),
         cpus_per_gpu=engine_job_resources("cpus_per_gpu", "trace"),
+        gpu_model=engine_job_resources("gpu_model", "trace"),
     log:
         "logs/engine_trace/{exp}/{method}.log",
     container:

