@@ -14,7 +14,6 @@ point no interval is printed, and where it loses is read on the point values.
 from __future__ import annotations
 
 import re
-
 from pathlib import Path
 
 import pandas as pd
