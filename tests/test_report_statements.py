@@ -147,11 +147,11 @@ def test_a_caption_names_the_papers_figure_once():
 def test_a_sign_that_rounds_away_is_no_sign():
     """Table R10 printed "+0 %" for an error of -0.07 % beside "17 of 28 simulated above measured" (18 plus signs);
     Table R5 "(+0%)" for a schedule 0.5 % slower; Fig. R3 "-0" cells and a "-5...-0" interval."""
-    from specrepro.figures import style
+    from specrepro.core.latex import whole
     from specrepro.figures._enginesim import tex_pct
 
-    assert [style.whole(v, sign=True) for v in (-0.3, 0.3, -0.6, 0.6, 12.4)] == ["0", "0", "-1", "+1", "+12"]
-    assert [style.whole(v) for v in (-0.19, -5.2, 7.5)] == ["0", "-5", "8"]
+    assert [whole(v, sign=True) for v in (-0.3, 0.3, -0.6, 0.6, 12.4)] == ["0", "0", "-1", "+1", "+12"]
+    assert [whole(v) for v in (-0.19, -5.2, 7.5)] == ["0", "-5", "8"]
     assert tex_pct(-0.0007, sign=True) == "0\\,\\%" and tex_pct(-0.012, sign=True) == "-1\\,\\%"
     assert tex_pct(float("nan")) == "--"
 
@@ -192,7 +192,7 @@ def test_the_closed_loop_error_is_stated_beside_the_noise_floor(tmp_path):
                          "+7 % (the simulated bound optimistic); one configuration timed in two jobs (a draft job "
                          "replaying its trace, and the benchmark): 12 % apart (median of 2 pairs), the noise floor an "
                          "error below which is not resolved here.")
-    assert noise_floor_text(tmp_path / "none.json") == "" and noise_floor_text(None) == ""
+    assert noise_floor_text(json.loads((tmp_path / "none.json").read_text())) == "" and noise_floor_text({}) == ""
     assert "noise floor" not in error_statement(tmp_path / "c.json")
 
 

@@ -195,12 +195,12 @@ rule tab_falsification:
         config=RUN_CONFIG,
         falsification="results/simulator/engine-{exp}/falsification.json",
         # the draft jobs' repeat check (the noise floor), where the experiment ran draft jobs
-        drafted=lambda wc: [f"results/simulator/engine-{wc.exp}/drafted.json"] if wc.exp in DRAFTED_EXPERIMENTS else [],
+        drafted=drafted_summary,
     output:
         tex="figures/tab_falsification-engine-{exp}.tex",
         csv="figures/tab_falsification-engine-{exp}.csv",
     params:
-        drafted=lambda wc: f"--drafted results/simulator/engine-{wc.exp}/drafted.json" if wc.exp in DRAFTED_EXPERIMENTS else "",
+        drafted=lambda wc, input: f"--drafted {input.drafted[0]!r}" if input.drafted else "",
     wildcard_constraints:
         exp=name_regex(UPPER_BOUND_EXPERIMENTS),
     log:

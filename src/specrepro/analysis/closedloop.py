@@ -42,6 +42,7 @@ import pandas as pd
 
 from ..core.costmodel import load_cost_model
 from ..core.errors import SpecReproError
+from ..core.latex import whole
 from ..sim.simulator import SimSpec, simulate
 from ..core.traces import TraceRecord, read_trace
 from ..core.uncertainty import MIN_INTERVAL_REQUESTS, bootstrap_ratio_ci
@@ -460,8 +461,7 @@ def _requests_text(diag: Mapping) -> str:
 
 def signed_pct(x: float) -> str:
     """A signed error in whole percent, ``+9 %`` / ``-4 %``; one that rounds to nothing is ``0 %`` (not ``-0 %``)."""
-    pct = round(100 * x)
-    return f"{pct:+d} %" if pct else "0 %"
+    return whole(100 * x, sign=True) + " %"
 
 
 def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:

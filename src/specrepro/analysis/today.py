@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import SpecReproError
+from ..core.latex import whole
 from ..jobspec.schedule import schedules_for  # noqa: F401 - re-exported
 from ..core.io import write_json
 
@@ -344,7 +345,7 @@ def _x(r: Mapping, key: str) -> str:
 
 
 def _pct(x: float) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{round(100 * x) + 0:d}%"
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else whole(100 * x) + "%"
 
 
 # --- CLI -----------------------------------------------------------------------------------------

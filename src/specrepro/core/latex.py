@@ -1,4 +1,4 @@
-"""LaTeX helpers: escaping text for tables and the report."""
+"""LaTeX helpers: escaping text for tables and the report, and whole numbers as their cells and sentences print them."""
 
 from __future__ import annotations
 
@@ -26,6 +26,13 @@ _TEX = {
     "−": r"$-$",
     "…": r"\ldots{}",
 }
+
+
+def whole(v: float, sign: bool = False) -> str:
+    """``v`` rounded to a whole number, with its sign where ``sign`` (``+3``, ``-2``); one that rounds to nothing is
+    ``0``, never ``-0`` or ``+0`` (a cell's sign must agree with the counts printed beside it)."""
+    n = round(v)
+    return f"{n:+d}" if sign and n else f"{n:d}"
 
 
 def tex_escape(text: object) -> str:

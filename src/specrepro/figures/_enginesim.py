@@ -9,6 +9,7 @@ import pandas as pd
 from . import style
 from ..analysis.closedloop import signed_pct
 from ..core.io import read_json
+from ..core.latex import whole
 
 #: every proposer of an engine experiment that is not one method: labels
 COMBINED_LABEL = "Oracle Combine (all)"
@@ -39,7 +40,7 @@ def tex_pct(v, sign: bool = False) -> str:
     ``-0``) where it rounds to nothing; ``--`` when missing."""
     if v is None or v != v:
         return "--"
-    return style.whole(100 * v, sign) + "\\,\\%"
+    return whole(100 * v, sign) + "\\,\\%"
 
 
 def signed_error_text(s: dict) -> str:
@@ -76,11 +77,11 @@ def ordering_text(s: dict) -> str:
     return text
 
 
-def noise_floor_text(drafted_path=None) -> str:
+def noise_floor_text(drafted: dict) -> str:
     """The draft jobs' repeat check (``drafted.json``'s ``repeat``: one configuration measured in two jobs) as the
     closed loop's noise floor: ``one configuration timed in two jobs (...): 12 % apart (median of 2 pairs), the
-    noise floor an error below which is not resolved here``; empty without a file or pairs."""
-    rep = (read_json(drafted_path).get("repeat") or {}) if drafted_path else {}
+    noise floor an error below which is not resolved here``; empty without pairs."""
+    rep = drafted.get("repeat") or {}
     if not rep.get("pairs"):
         return ""
     n = int(rep["pairs"])
@@ -89,11 +90,11 @@ def noise_floor_text(drafted_path=None) -> str:
             "error below which is not resolved here")
 
 
-def measured_bound_text(drafted_path=None) -> str:
+def measured_bound_text(drafted: dict) -> str:
     """The simulated upper bound against the one measured inside vLLM (``drafted.json``'s ``oracle``: the oracle
     drafter's jobs): ``the upper bound measured inside vLLM (10 points): simulated median |error| 8 %, worst 21 %,
-    mean +7 % (the simulated bound optimistic)``; empty without a file or points."""
-    o = (read_json(drafted_path).get("oracle") or {}) if drafted_path else {}
+    mean +7 % (the simulated bound optimistic)``; empty without points."""
+    o = drafted.get("oracle") or {}
     if not o.get("points"):
         return ""
     mean = o.get("mean_error")
@@ -115,8 +116,8 @@ def error_statement(path, sep: str = "; ", drafted=None) -> str:
         return "Closed loop: no configuration both benchmarked and traced; the simulator is unchecked here."
     parts = [f"Checked against this run's measurements (closed loop): median |error| {100 * s['median_abs_error']:.0f} %, "
              f"worst {100 * s['worst_abs_error']:.0f} % over {s['points']} points"]
-    parts += [x for x in (signed_error_text(s), ordering_text(s), measured_bound_text(drafted),
-                          noise_floor_text(drafted)) if x]
+    d = read_json(drafted) if drafted else {}
+    parts += [x for x in (signed_error_text(s), ordering_text(s), measured_bound_text(d), noise_floor_text(d)) if x]
     return sep.join(parts) + "."
 
 

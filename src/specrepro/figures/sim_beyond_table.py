@@ -83,6 +83,7 @@ def finding(csv) -> str:
     kept = (v["combine_both"] - v["oracle_best"]) / (v["combine"] - v["oracle_best"])
     top = v["combine"].idxmax()
     r = v.loc[top]
+
     def others(share: pd.Series) -> str:
         """" (6-31 % on the other datasets)": the same share on every other dataset, after the one it qualifies."""
         rest = share.drop(top)
@@ -91,9 +92,8 @@ def finding(csv) -> str:
         lo, hi = (f"{100 * x:.0f}" for x in (rest.min(), rest.max()))
         return f" ({lo if lo == hi else f'{lo}-{hi}'} % on the other dataset{'s' if len(rest) > 1 else ''})"
 
-    winner = "" if "combine_winner" not in v else (
-        f", {100 * (r['combine_winner'] - r['oracle_best']) / (r['combine'] - r['oracle_best']):.0f} % charged the "
-        "winning proposer's cost" + others((v["combine_winner"] - v["oracle_best"]) / (v["combine"] - v["oracle_best"])))
+    won = (v["combine_winner"] - v["oracle_best"]) / (v["combine"] - v["oracle_best"]) if "combine_winner" in v else None
+    winner = "" if won is None else f", {100 * won[top]:.0f} % charged the winning proposer's cost{others(won)}"
     labels = (t.drop_duplicates("dataset").set_index("dataset")["dataset_label"] if "dataset_label" in t
               else pd.Series(dtype=object))
     name = labels.get(top, top)

@@ -11,6 +11,7 @@ from . import FigureSpec, TraceContext
 from . import style
 from ..core.bleu import bucket_of
 from ..core.io import SpecReproError, write_csv
+from ..core.latex import whole
 from ..core.uncertainty import MIN_INTERVAL_REQUESTS, bootstrap_ratio_ci
 
 SPEC = FigureSpec(
@@ -122,11 +123,11 @@ def build(args, ctx: TraceContext) -> None:
                     color = "white" if abs(v) > 0.6 * vmax else "black"
                     # no 95 % interval over fewer than MIN_INTERVAL_REQUESTS requests (the caption says so)
                     has_ci = np.isfinite(lo[y, x]) and np.isfinite(hi[y, x]) and counts[x] >= MIN_INTERVAL_REQUESTS
-                    ax.text(x, y - (0.12 if has_ci else 0), style.whole(v, sign=True), ha="center", va="center", fontsize=6.5,
+                    ax.text(x, y - (0.12 if has_ci else 0), whole(v, sign=True), ha="center", va="center", fontsize=6.5,
                             color=color)
                     if has_ci:
                         # "low…high" without signs of positive bounds: narrower than a cell (brackets and signs were not)
-                        ax.text(x, y + 0.22, f"{style.whole(lo[y, x])}…{style.whole(hi[y, x])}", ha="center", va="center",
+                        ax.text(x, y + 0.22, f"{whole(lo[y, x])}…{whole(hi[y, x])}", ha="center", va="center",
                                 fontsize=5.5, color=color)
             ax.set_yticks(range(len(bss)), [str(b) for b in bss])
             ax.set_xticks(range(nb), [f"{args.bleu_edges[k]:.1f}-{args.bleu_edges[k + 1]:.1f}\nn={counts[k]}"

@@ -52,13 +52,6 @@ METHOD_COLORS = {
 METHOD_LABELS = {**_ENGINE_METHOD_LABELS, "combined": "Oracle Combine"}
 
 
-def whole(v: float, sign: bool = False) -> str:
-    """``v`` rounded to a whole number, with its sign where ``sign`` (``+3``, ``-2``); one that rounds to nothing is
-    ``0``, never ``-0`` or ``+0`` (a cell's sign must agree with the counts printed beside it)."""
-    n = round(v)
-    return f"{n:+d}" if sign and n else f"{n:d}"
-
-
 def method_color(key: str) -> str:
     return METHOD_COLORS.get(key, "#555555")
 

@@ -6,9 +6,9 @@ import math
 
 import pandas as pd
 
-from . import FigureSpec, TraceContext, style
+from . import FigureSpec, TraceContext
 from ..core.io import read_json, write_csv, write_text
-from ..core.latex import fit_width, tex_escape
+from ..core.latex import fit_width, tex_escape, whole
 from ..analysis.today import (METHODS, MIXED, MIXED_CSV, ORACLE, gap_table, mixed_statements, mixed_table,
                               one_batch_size_statement, statements)
 from ._sim import load_summaries
@@ -71,7 +71,7 @@ def _with_ci(text: str, r: dict, key: str) -> str:
 
 
 def _share(closed: float | None) -> str:
-    return "--" if closed is None or math.isnan(closed) else style.whole(100 * closed, sign=True) + "\\%"
+    return "--" if closed is None or math.isnan(closed) else whole(100 * closed, sign=True) + "\\%"
 
 
 def _cell(v: float, closed: float) -> str:
