@@ -108,14 +108,18 @@ def test_gap_closed():
 
 def test_hybrid_summary_by_hand():
     base = {"exp": "e", "dataset": "d", "batch_size": 1, "measured_ci_low": 0, "measured_ci_high": 9, "error": 0.0,
-            "config": "x"}
+            "config": "x", "k": 3}
     t = pd.DataFrame([
-        {**base, "method": "ngram", "mode": "fixed", "measured": 1.5, "simulated": 1.6},
-        {**base, "method": "eagle", "mode": "fixed", "measured": 2.0, "simulated": 1.9},
-        {**base, "method": "oracle-combine", "mode": "oracle", "measured": 4.0, "simulated": 5.0},
-        {**base, "method": "hybrid-adaptive", "mode": "hybrid", "measured": 2.5, "simulated": 3.0}])
+        {**base, "method": "ngram", "drafter": "ngram", "mode": "fixed", "measured": 1.5, "simulated": 1.6},
+        {**base, "method": "eagle", "drafter": "eagle", "mode": "fixed", "measured": 2.0, "simulated": 1.9},
+        {**base, "method": "oracle-combine", "drafter": "eagle", "mode": "oracle", "k": 20, "measured": 4.0,
+         "simulated": 5.0},
+        {**base, "method": "hybrid-adaptive", "drafter": "eagle", "mode": "hybrid", "k": 5, "measured": 2.5,
+         "simulated": 3.0}])
     h = hybrid_summary(t, ["ngram", "eagle"]).iloc[0]
     assert h["best_single"] == "eagle" and h["vs_best_measured"] == pytest.approx(0.25)
+    # the hybrid's own model drafter and k beside the best single method's (the section's finding names both)
+    assert (h["drafter"], h["k"], h["best_single_k"]) == ("eagle", 5, 3)
     assert np.isnan(h["gap_closed_measured"])  # Oracle Combine's interval [0, 9] does not lie above 2.0
     assert h["gap_closed_simulated"] == pytest.approx(1.1 / 3.1)  # (3 - 1.9) / (5 - 1.9)
     # base's measured_ci_low is 0: the oracle above is not resolved above the best method unless its interval is
@@ -300,7 +304,10 @@ def test_the_hybrids_closed_loop_passes_with_its_traces_and_fails_with_wrong_acc
     assert all(r["ratio"] >= FACTOR and r["falsified"] for r in applied.values()), applied
     assert (doc["falsified"], doc["applied"]) == (4, 4)
     text = falsification_sentence(doc)
-    assert "on the 8 hybrid points" in text and "4 of 4 variants reach 1.5x" in text and "drafters-swapped" in text
+    assert "on the 8 hybrid points" in text and "4 of 4 variants reach 1.5x" in text
+    # each variant by the falsification table's label, not its internal name
+    assert "every draft accepted" in text and "drafters' acceptance swapped: not applicable" in text
+    assert "all-accepted" not in text and "drafters-swapped" not in text
 
 
 def test_draft_jobs_are_named_by_their_mode_in_the_lossless_and_exercise_tables():

@@ -229,7 +229,7 @@ def test_band_is_kept_over_enough_requests_and_said_once_for_several_short_panel
 def _hybrid(tmp_path, n: int):
     row = {"exp": "e", "dataset": "code", "batch_size": 1, "measured_ci_low": 2.0, "measured_ci_high": 3.0,
            "error": 0.0, "best_single": "eagle", "best_single_measured": 2.0, "best_single_simulated": 2.1,
-           "combine_measured": 4.0, "combine_simulated": 4.2, "share_ngram": 0.4}
+           "combine_measured": 4.0, "combine_simulated": 4.2, "share_ngram": 0.4, "drafter": "eagle", "k": 5}
     t = pd.DataFrame([{**row, "hybrid": "hybrid-adaptive", "config": "ha", "measured": 2.5, "simulated": 2.6,
                        "vs_best_measured": 0.25, "gap_closed_measured": 0.25, "gap_closed_simulated": 0.24},
                       {**row, "hybrid": "hybrid-ngram-first", "config": "hn", "measured": 1.8, "simulated": 2.3,
@@ -287,7 +287,8 @@ def test_hybrid_section_opens_with_one_sentence_from_its_csv(tmp_path):
     build(_hybrid(tmp_path, 2), _ctx(("code",)))
     csv = tmp_path / "figures" / "tab_hybrid-engine-e.csv"
     assert finding(csv) == (
-        "Chosen online inside vLLM, the adaptive hybrid of n-gram and the model drafter reaches 1.60-2.50x over no SD "
+        "Chosen online inside vLLM, the adaptive hybrid of n-gram and the model drafter (EAGLE at k = 5) reaches "
+        "1.60-2.50x over no SD "
         "against 2.00-2.00x for the better single method (EAGLE) at the same 2 (dataset, B) points, and is below it "
         "at 1 of them and above it at 1, by up to 20 % on CODE at B = 4; these are point values, as 2 requests per "
         "point are too few for a 95 % interval (figures/tab_hybrid-engine-e.csv, from "

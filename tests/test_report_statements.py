@@ -260,7 +260,8 @@ def test_the_hybrid_finding_names_both_sides_k(tmp_path):
     from specrepro.figures.engine_hybrid_table import finding
 
     row = {"exp": "e", "dataset": "code", "dataset_label": "code", "hybrid": "hybrid-adaptive",
-           "config": "hybrid-adaptive-eagle-k5", "best_single": "ngram", "best_single_k": 3, "requests": 2,
+           "config": "hybrid-adaptive-eagle-k5", "drafter": "eagle", "k": 5, "best_single": "ngram", "best_single_k": 3,
+           "requests": 2,
            "measured_ci_low": float("nan"), "measured_ci_high": float("nan")}
     t = pd.DataFrame([{**row, "batch_size": 1, "measured": 1.2, "best_single_measured": 1.4, "vs_best_measured": -1 / 7},
                       {**row, "batch_size": 4, "measured": 0.9, "best_single_measured": 1.2, "vs_best_measured": -0.25}])

@@ -46,7 +46,7 @@ from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft
 from .closedloop import (
     SPLIT_COLUMNS, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline, with_errors,
 )
-from .falsify import FACTOR, VARIANTS, variant_traces
+from .falsify import FACTOR, VARIANT_LABELS, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
 from ..sim.simulator.steps import decode_steps
 from ..sim.simulator.workload import draw_requests, request_traces
@@ -56,7 +56,7 @@ MODES = ("fixed", "controlled", "oracle", "hybrid")
 #: a measured point's key: a draft job's points carry the plan they ran under in ``profile`` (a controlled job: one
 #: per acceptance profile; an oracle or hybrid job: its mode label); plain bench points have none ("")
 KEY = ["exp", "dataset", "config", "profile", "batch_size"]
-COLUMNS = KEY + ["mode", "method", "k", "mean_accepted", "requests", "measured", "measured_ci_low",
+COLUMNS = KEY + ["mode", "method", "drafter", "k", "mean_accepted", "requests", "measured", "measured_ci_low",
                  "measured_ci_high", "simulated", "simulated_ci_low", "simulated_ci_high", "error", "abs_error",
                  "within_measured_ci", *SPLIT_COLUMNS, "baseline", "reference_vs_job"]
 
@@ -240,9 +240,9 @@ def simulated_by_config(measured: pd.DataFrame, traces: Mapping[str, Sequence[Tr
         s = simulate(w, spec, [int(r.batch_size)], cost).summary.iloc[0]
         rows.append({"exp": r.exp, "dataset": r.dataset, "config": r.config, "profile": r.profile,
                      "batch_size": int(r.batch_size), "mode": cfg.mode,
-                     "method": cfg.label if cfg.mode != "controlled" else cfg.method,
+                     "method": cfg.label if cfg.mode != "controlled" else cfg.method, "drafter": cfg.method,
                      "k": cfg.k, "mean_accepted": mean_accepted(w, spec, cost), **simulated_fields(s)})
-    return pd.DataFrame(rows, columns=KEY + ["mode", "method", "k", "mean_accepted", "simulated",
+    return pd.DataFrame(rows, columns=KEY + ["mode", "method", "drafter", "k", "mean_accepted", "simulated",
                                              "simulated_ci_low", "simulated_ci_high", "simulated_sd_throughput",
                                              "simulated_baseline_throughput"])
 
@@ -287,6 +287,7 @@ def hybrid_summary(table: pd.DataFrame, singles: Sequence[str]) -> pd.DataFrame:
         cs = float(comb["simulated"].iloc[0]) if len(comb) else float("nan")
         for h in g[g["mode"] == "hybrid"].itertuples(index=False):
             rows.append({"exp": exp, "dataset": ds, "batch_size": int(b), "hybrid": h.method, "config": h.config,
+                         "drafter": h.drafter, "k": int(h.k),
                          "measured": h.measured, "measured_ci_low": h.measured_ci_low,
                          "measured_ci_high": h.measured_ci_high, "simulated": h.simulated, "error": h.error,
                          "best_single": best["method"],
@@ -506,8 +507,9 @@ def falsification_sentence(doc: Mapping) -> str:
     if not doc.get("points") or "real" not in vs:
         return ""
     wrong = [(k, r) for k, r in vs.items() if "ratio" in r]
-    parts = ", ".join(f"{k} {100 * r['median_abs_error']:.0f} % ({r['ratio']:.1f}x)" for k, r in wrong)
-    missing = [k for k, r in vs.items() if "not_applicable" in r]
+    parts = ", ".join(f"{VARIANT_LABELS.get(k, k)} {100 * r['median_abs_error']:.0f} % ({r['ratio']:.1f}x)"
+                      for k, r in wrong)
+    missing = [VARIANT_LABELS.get(k, k) for k, r in vs.items() if "not_applicable" in r]
     return (f"Fed the wrong acceptance (the closed loop's falsification variants), the simulator's median |error| on "
             f"the {doc['points']} hybrid points goes from {100 * vs['real']['median_abs_error']:.0f} % to: {parts}; "
             f"{doc['falsified']} of {doc['applied']} variants reach {doc['factor']:g}x the real error"

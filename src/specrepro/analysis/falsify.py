@@ -52,6 +52,11 @@ from .closedloop import KEY, experiment_inputs, join, measured_points, order_agr
 FACTOR = 1.5
 VARIANTS = ("real", "drafters-swapped", "all-accepted", "none-accepted", "other-dataset", "lookup-drafter-swapped",
             "no-traces")
+#: what a reader sees for each variant (the report's tables and sentences)
+VARIANT_LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapped",
+                  "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
+                  "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
+                  "no-traces": "no traces (other datasets' mean)"}
 #: the traces' drafts per step (k = 20, specrepro.jobspec.args.TRACE_K): "every draft accepted" is k + 1 tokens a step
 TRACE_K = 20
 #: (name, the columns that make a group, the item ordered within it)

@@ -17,7 +17,7 @@ import pandas as pd
 from . import FigureSpec, TraceContext
 from ._enginesim import tex_pct
 from ..analysis.closedloop import DRIFT_NOTED
-from ..analysis.falsify import FACTOR, ORDERINGS, VARIANTS
+from ..analysis.falsify import FACTOR, ORDERINGS, VARIANT_LABELS, VARIANTS
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import tex_escape
 
@@ -52,10 +52,7 @@ SPEC = FigureSpec(
     data="engine runs and this run's engine traces",
 )
 
-LABELS = {"real": "real traces", "drafters-swapped": "drafters' acceptance swapped",
-          "all-accepted": "every draft accepted", "none-accepted": "no draft accepted",
-          "other-dataset": "another dataset's acceptance", "lookup-drafter-swapped": "n-gram and EAGLE swapped",
-          "no-traces": "no traces (other datasets' mean)", "repeat": "noise floor: one configuration in two jobs (its trace replayed by a draft job, and the benchmark)",
+LABELS = {**VARIANT_LABELS, "repeat": "noise floor: one configuration in two jobs (its trace replayed by a draft job, and the benchmark)",
           "calibration": "calibration", "oracle": "measured upper bound"}
 #: the rows that feed the closed loop a wrong input: each is set beside the real traces' row
 VARIANTS_OF_REAL = ("drafters-swapped", "all-accepted", "none-accepted", "other-dataset", "lookup-drafter-swapped",

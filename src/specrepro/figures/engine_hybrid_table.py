@@ -13,7 +13,6 @@ point no interval is printed, and where it loses is read on the point values.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -209,10 +208,9 @@ def finding(csv) -> str:
     ks = g["best_single_k"] if "best_single_k" in g else pd.Series([None] * len(g), index=g.index)
     best = ", ".join(style.METHOD_LABELS.get(m, m) + (f" at k = {int(k)}" if pd.notna(k) else "")
                      for m, k in dict.fromkeys(zip(g["best_single"], ks)))
-    # the hybrid's model drafter and its k, from the job's name (hybrid-<policy>-<drafter>-k<k>): a k the best single
-    # method does not use is part of the comparison
-    m = re.search(r"-([a-z0-9_]+)-k(\d+)$", str(g["config"].iloc[0])) if "config" in g else None
-    drafter = (f" ({style.METHOD_LABELS.get(m.group(1), m.group(1))} at k = {m.group(2)})" if m else "")
+    # the hybrid's model drafter and its k: a k the best single method does not use is part of the comparison
+    first = g.iloc[0]
+    drafter = f" ({style.METHOD_LABELS.get(first['drafter'], first['drafter'])} at k = {int(first['k'])})"
     if few.any():
         below = g["measured"] < g["best_single_measured"]
         above = g["measured"] > g["best_single_measured"]
