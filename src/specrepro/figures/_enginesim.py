@@ -14,6 +14,10 @@ from ..core.latex import whole
 #: every proposer of an engine experiment that is not one method: labels
 COMBINED_LABEL = "Oracle Combine (all)"
 
+#: the ``--drafted`` option of the figures and tables that state the closed loop's error
+DRAFTED_HELP = ("results/simulator/engine-<exp>/drafted.json, where the experiment ran draft jobs (its repeat check: the "
+                "noise floor between jobs)")
+
 
 def proposer_label(p: str) -> str:
     """``ngram`` -> ``n-gram``; ``ngram+eagle`` -> ``n-gram + EAGLE``; ``combined`` -> Oracle Combine (all)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from . import FigureSpec, TraceContext
 from . import style
-from ._enginesim import error_statement, load, methods, proposer_label, wrap_label
+from ._enginesim import DRAFTED_HELP, error_statement, load, methods, proposer_label, wrap_label
 from ._measured import load_bounds, plot_measured
 from ._sim import band, bs_axis, series
 from ..analysis.enginesim import best_fixed
@@ -49,8 +49,7 @@ def add_arguments(p) -> None:
     p.add_argument("--measured-bounds", help="results/simulator/engine-<exp>/measured_bounds.csv: vLLM's oracle "
                                              "drafters beside the simulated bound (specrepro engine-drafted)")
     p.add_argument("--closed-loop", required=True)
-    p.add_argument("--drafted", help="results/simulator/engine-<exp>/drafted.json, where the experiment ran draft jobs "
-                   "(its repeat check: the noise floor between jobs)")
+    p.add_argument("--drafted", help=DRAFTED_HELP)
 
 
 def build(args, ctx: TraceContext) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import FigureSpec, TraceContext
-from ._enginesim import error_statement, fmt, load, proposer_label
+from ._enginesim import DRAFTED_HELP, error_statement, fmt, load, proposer_label
 from ..analysis.enginesim import best_fixed
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import fit_width, tex_escape
@@ -44,8 +44,7 @@ def add_arguments(p) -> None:
     p.add_argument("--summary", required=True)
     p.add_argument("--schedule", required=True)
     p.add_argument("--closed-loop", required=True)
-    p.add_argument("--drafted", help="results/simulator/engine-<exp>/drafted.json, where the experiment ran draft jobs "
-                   "(its repeat check: the noise floor between jobs)")
+    p.add_argument("--drafted", help=DRAFTED_HELP)
     p.add_argument("--csv", required=True)
 
 
