@@ -33,6 +33,7 @@ and the drafting at the prefill step that the simulator does not charge.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter
 from typing import Any, Mapping, Sequence
@@ -47,9 +48,10 @@ from ..sim.simulator import SimSpec, simulate
 from ..core.traces import TraceRecord, read_trace
 from ..core.uncertainty import MIN_INTERVAL_REQUESTS, bootstrap_ratio_ci
 from .enginesim import fitted_drafters, workload
-from ..engine.results.modelfit import DRAFTERS, LOOKUP
+from ..engine.results.modelfit import DRAFTERS, LOOKUP, SWEEP_SUFFIX
 from ..core.io import read_json, read_parquet, write_csv, write_json
 from ..engine.results.metrics import load_points
+from ..jobspec.args import METHOD_LABELS
 
 #: the key a simulated and a measured speedup must share
 KEY = ["exp", "dataset", "method", "k", "batch_size"]
@@ -464,6 +466,20 @@ def signed_pct(x: float) -> str:
     return whole(100 * x, sign=True) + " %"
 
 
+def config_text(config: str) -> str:
+    """A configuration's name as the report writes it: ``draft_model-k3`` -> ``draft model k=3``, ``eagle3-k10-bs`` ->
+    ``EAGLE-3 k by batch size, up to 10``, ``none (cost-fit sweep)`` -> ``no SD (cost-fit sweep)``; a name of another
+    shape is kept."""
+    base = config.removesuffix(SWEEP_SUFFIX)
+    m = re.fullmatch(r"([a-z0-9_]+?)(?:-k(\d+))?(-bs)?", base)
+    if not m:
+        return config
+    name = METHOD_LABELS.get(m.group(1), m.group(1))
+    if m.group(2):
+        name += f" k by batch size, up to {m.group(2)}" if m.group(3) else f" k={m.group(2)}"
+    return name + config[len(base):]
+
+
 def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
     """One paragraph on the size of the error and what this run's numbers say about its causes."""
     if not summary.get("points"):
@@ -555,16 +571,18 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
         # the model's overhead: one per method (no SD's for the baseline) plus a per-scheduled-token term
         om = diag.get("overhead_by_method_s") or {}
         model = ", ".join([f"no SD {1e3 * diag['overhead_per_step_s']:.1f} ms"]
-                          + [f"{m} {1e3 * v:.1f} ms" for m, v in om.items()])
+                          + [f"{METHOD_LABELS.get(m, m)} {1e3 * v:.1f} ms" for m, v in om.items()])
         tok = diag.get("overhead_per_token_s")
         model += f", plus {1e3 * tok:.2f} ms per scheduled token" if tok else ""
-        why.append("measured per-step overhead by configuration " + ", ".join(f"{c} {1e3 * v:.1f} ms" for c, v in oc.items())
+        why.append("measured per-step overhead by configuration "
+                   + ", ".join(f"{config_text(c)} {1e3 * v:.1f} ms" for c, v in oc.items())
                    + f" against the model's ({model}; measured, the LM head and the rejection sampler grow with "
                    "the verified tokens)")
     pd_share = {c: v for c, v in (diag.get("prefill_drafting_share_by_config") or {}).items() if v > 0}
     if pd_share:
         why.append("drafting at the prefill step, which the simulator does not charge, takes "
-                   + ", ".join(f"{100 * v:.0f} % ({c})" for c, v in pd_share.items()) + " of the profiled step time")
+                   + ", ".join(f"{100 * v:.0f} % ({config_text(c)})" for c, v in pd_share.items())
+                   + " of the profiled step time")
     if diag.get("fit_source") == "bench":
         why.append("the cost model was fitted to these benchmark points' wall times (no profiled pass): in-sample")
     if run_kind != "gpu":

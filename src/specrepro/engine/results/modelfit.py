@@ -71,6 +71,8 @@ from .metrics import load_points
 #: model-based drafters (one drafter section each); n-gram is the lookup (a share of the target's time)
 DRAFTERS = ("eagle", "eagle3", "draft_model", "mtp")
 LOOKUP = "ngram"
+#: the name of a configuration's cost-fit sweep rows (its target steps on synthetic prompts)
+SWEEP_SUFFIX = " (cost-fit sweep)"
 ROW_COLUMNS = ["role", "drafter", "config", "phase", "kv_tokens", "batched_tokens", "batch_tokens", "seconds",
                "overhead_s"]
 RESIDUAL_COLUMNS = ["role", "drafter", "config", "kv_tokens", "batched_tokens", "seconds", "predicted", "residual"]
@@ -116,7 +118,7 @@ def sweep_rows(steps: pd.DataFrame, config: str) -> pd.DataFrame:
     if steps.empty or "role" not in steps.columns:
         return pd.DataFrame(columns=ROW_COLUMNS)
     t = steps[steps["role"] == "target"]
-    return pd.DataFrame({"role": "target", "drafter": "", "config": f"{config} (cost-fit sweep)",
+    return pd.DataFrame({"role": "target", "drafter": "", "config": f"{config}{SWEEP_SUFFIX}",
                          "phase": t["phase"].astype(str).to_numpy(), "kv_tokens": t["kv_tokens"].astype(float).to_numpy(),
                          "batched_tokens": t["batched_tokens"].astype(float).to_numpy(),
                          "batch_tokens": t["batched_tokens"].astype(float).to_numpy(),
@@ -246,7 +248,7 @@ def fit_profile(rows: pd.DataFrame, target_configs: Sequence[str],
     all of them."""
     if rows.empty:
         raise SpecReproError("no profiled engine step to fit a cost model to")
-    base_cfg = rows["config"].astype(str).str.replace(" (cost-fit sweep)", "", regex=False)
+    base_cfg = rows["config"].astype(str).str.replace(SWEEP_SUFFIX, "", regex=False)
     in_image = base_cfg.isin(list(target_configs))
     t = rows[(rows["role"] == "target") & in_image]
     if t.empty:
