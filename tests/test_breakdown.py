@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -60,8 +61,8 @@ def test_step_problems_name_what_is_wrong():
 
 #: the plugin's phase against vLLM's own scope of the same code: the scope encloses the hooked call plus a
 #: few statements (forward: the forward-context managers; draft: copying the drafts to the host), so per
-#: step plugin <= scope, and summed over the run the plugin holds at least this share of the scope time
-#: (the rest: those statements, and a preemption now and then on a shared 2-core machine)
+#: step plugin <= scope, and in the median step the plugin holds at least this share of the scope time
+#: (the rest: those statements; a preemption now and then on a shared 2-core machine lands in one step's scope)
 SCOPE_SHARE = 0.8
 #: per step, the torch profiler's own bookkeeping inside a record_function scope (tens of microseconds):
 #: it dominates phases as short as sampling's ~50 us on a tiny model (CI saw 45 vs 60 us per step)
@@ -134,7 +135,10 @@ def test_phases_add_up_to_the_step_and_agree_with_vllm_scopes(method):
     for phase, scope in pairs:
         mine, theirs = st[f"{phase}_s"].to_numpy(), scopes[scope].to_numpy()
         assert (mine <= theirs + 1e-4).all(), (phase, mine, theirs)
-        assert mine.sum() >= SCOPE_SHARE * theirs.sum() - len(mine) * SCOPE_OVERHEAD_S, (phase, mine.sum(), theirs.sum())
+        # in the median step (a sum over 5 steps failed once on one preemption: 3.5 ms of a 6.3-ms scope, while the
+        # two xdist workers and another process shared the 2 cores; the other steps held 91-93 %)
+        share = (mine + SCOPE_OVERHEAD_S) / theirs
+        assert np.median(share) >= SCOPE_SHARE, (phase, mine, theirs)
     if method == "none":
         assert (st["n_drafting"] == 0).all() and bd["drafting_s"] == 0.0 and "draft" not in scopes
         assert len(st) == eng.MAX_TOKENS_BREAKDOWN
