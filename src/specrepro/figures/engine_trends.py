@@ -43,6 +43,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
@@ -52,6 +53,8 @@ from ..core.io import SpecReproError, read_json, write_csv, write_json, write_te
 from ..core.latex import tabular_per_group, tex_escape
 from ..core.uncertainty import (MIN_INTERVAL_REQUESTS, Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci,
                                 bootstrap_ratio_ci)
+from ..analysis.closedloop import config_text
+from ..jobspec.args import METHOD_LABELS
 from ..analysis.enginesim import best_fixed
 from ._enginesim import ordering_text, signed_error_text
 
@@ -123,7 +126,9 @@ def _ks(points: pd.DataFrame) -> str:
     return ", ".join(map(str, ks)) or "?"
 
 
-def ngram_check(points: pd.DataFrame, templates: dict, paper: dict) -> dict:
+def ngram_check(points: pd.DataFrame, templates: dict, paper: dict, label: Callable[[str], str] = str) -> dict:
+    """The paper's n-gram ranking of its datasets against this run's workloads' (``label``: a dataset's name as the
+    report writes it)."""
     ng = points[(points["method"] == "ngram") & (points["status"] == "ok")]
     measured = {}
     for ds, g in ng.groupby("dataset"):
@@ -136,12 +141,12 @@ def ngram_check(points: pd.DataFrame, templates: dict, paper: dict) -> dict:
     shown = len(common) >= 2 and ours == theirs
     return {
         "check": "n-gram ranks the workloads as the paper's data do",
-        "measured": "; ".join(f"{d} {measured[d]:.2f}" for d in ours)
+        "measured": "; ".join(f"{label(d)} {measured[d]:.2f}" for d in ours)
                     + (f" (tokens per drafting step of n-gram at k = {_ks(ng)} in the benchmark, vLLM's counters: 1 + "
                        "accepted / drafts, so a step where n-gram found no match is not counted; all batch sizes "
                        "pooled; not the k = 20 traces' mean over every position of the acceptance table and the paper "
                        "column, nor a speedup)"),
-        "paper": "; ".join(f"{templates[d]} {paper[templates[d]]:.2f}" for d in theirs) + " (released traces)",
+        "paper": "; ".join(f"{label(templates[d])} {paper[templates[d]]:.2f}" for d in theirs) + " (released traces)",
         "shown": shown if common else None,
     }
 
@@ -161,9 +166,9 @@ def verification_check(breakdown: pd.DataFrame) -> dict:
             share = {n: float(g[f"{n}_share"].mean()) for n in names}
         top = max(share, key=share.get)
         if share["verification"] < share[top] - 1e-12:
-            beaten.append(f"{cfg} B={int(b)}: {top} {100 * share[top]:.1f} % > verification "
+            beaten.append(f"{config_text(str(cfg))} B={int(b)}: {top} {100 * share[top]:.1f} % > verification "
                           f"{100 * share['verification']:.1f} %")
-        rows.append(f"{cfg} B={int(b)} {100 * share['verification']:.0f} %")
+        rows.append(f"{config_text(str(cfg))} B={int(b)} {100 * share['verification']:.0f} %")
     # "dominates" = the largest phase of every profiled step (the paper's 42 % on Qwen3-8B is its largest phase too)
     measured = "verification the largest phase: " + "; ".join(rows)
     if beaten:
@@ -210,13 +215,14 @@ def speedup_check(points: pd.DataFrame) -> dict:
         ratio = bootstrap_function_ci(a, lambda x0, y0, x1, y1: (x1 / y1) / (x0 / y0))
         few = len(common) < MIN_INTERVAL_REQUESTS  # no 95 % interval, so nothing resolved
         v = NOT_RESOLVED if few else True if ratio.high < 1 else False if ratio.low > 1 else NOT_RESOLVED
-        verdicts.append((cfg, v))
+        name = config_text(str(cfg))
+        verdicts.append((name, v))
         if few:  # said once per configuration: point values only
             pt = lambda iv, u="": f"{iv.estimate:.2f}{u}"  # noqa: E731
-            rows.append(f"{cfg} ({len(common)} requests: too few for a 95 % interval): {pt(s0, 'x')} (B={int(b0)}), "
+            rows.append(f"{name} ({len(common)} requests: too few for a 95 % interval): {pt(s0, 'x')} (B={int(b0)}), "
                         f"{pt(s1, 'x')} (B={int(b1)}); B={int(b1)} / B={int(b0)}: {pt(ratio)}: {FALLS[v]}")
         else:
-            rows.append(f"{cfg}: {_iv(s0, 'x')} (B={int(b0)}), {_iv(s1, 'x')} (B={int(b1)}); B={int(b1)} / B={int(b0)}: "
+            rows.append(f"{name}: {_iv(s0, 'x')} (B={int(b0)}), {_iv(s1, 'x')} (B={int(b1)}); B={int(b1)} / B={int(b0)}: "
                         f"{_iv(ratio)} over {len(common)} requests: {FALLS[v]}")
     if not rows:
         return {"check": "speedup falls with batch size", "measured": "no speedups", "paper": "", "shown": None}
@@ -287,7 +293,12 @@ def benchmark_interval(points: pd.DataFrame, method: str, k: int) -> Interval:
     return Interval(1 + iv.estimate, 1 + iv.low, 1 + iv.high, iv.n)
 
 
-def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
+def _drafter(training: dict) -> str:
+    kind = str(training.get("kind"))
+    return METHOD_LABELS.get(kind, kind)
+
+
+def drafter_rows(manifests, points: pd.DataFrame | None = None, label: Callable[[str], str] = str) -> list[dict]:
     out = []
     for path in manifests:
         m = read_json(path)
@@ -297,7 +308,7 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
         if not tr:
             continue
         out.append({
-            "check": f"trained {tr.get('kind')} beats its untrained start (held-out, k = {t.get('k', 3)})",
+            "check": f"trained {_drafter(tr)} beats its untrained start (held-out, k = {t.get('k', 3)})",
             "measured": (f"untrained {_fmt(u.get('mean_acceptance_length'))}"
                          + (f", least-squares fit {_fmt(cf.get('mean_acceptance_length'))}" if cf else "")
                          + f", trained {_fmt(t.get('mean_acceptance_length'))}"
@@ -317,11 +328,12 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
         known = (held.low == held.low and bench.low == bench.low
                  and min(held.n or 0, bench.n or 0) >= MIN_INTERVAL_REQUESTS)
         apart = known and (held.low > bench.high or held.high < bench.low)
+        bench_split = {label(w): v for w, v in benchmark_by_workload(points, method, k).items()}
         out.append({
-            "check": f"trained {tr.get('kind')}: tokens per step on held-out prompts and in the benchmark (k = {k})",
+            "check": f"trained {_drafter(tr)}: tokens per step on held-out prompts and in the benchmark (k = {k})",
             "measured": (f"held-out (the training's prompts, host-side, {held.n} requests): {_iv(held)}"
                          f"{_split(heldout_by_workload(t))}; benchmark (vLLM's counters, {bench.n} requests): "
-                         f"{_iv(bench)}{_split(benchmark_by_workload(points, method, k))}"
+                         f"{_iv(bench)}{_split(bench_split)}"
                          + ("; the intervals overlap" if known and not apart else "")),
             "paper": "(not a paper finding)",
             "shown": None,
@@ -329,9 +341,9 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None) -> list[dict]:
     return out
 
 
-def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]:
+def upper_bound_checks(summary: pd.DataFrame, closed: dict | None, label: Callable[[str], str] = str) -> list[dict]:
     """Figs. 10 and 12's findings on the experiment's own traces that the simulator does not make true by construction
-    (module docstring, item 4), and the closed loop's error."""
+    (module docstring, item 4), and the closed loop's error (``label``: a dataset's name as the report writes it)."""
     single = summary[~summary["proposer"].str.contains(r"\+") & (summary["proposer"] != "combined")]
     bf = best_fixed(single)
     out = []
@@ -344,7 +356,7 @@ def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]
         a, b = float(lo["oracle_over_best_fixed"]), float(hi["oracle_over_best_fixed"])
         # as many decimals as tell the two apart (up to 4): "1.14x to 1.14x" would hide which way it went
         f = next((f"{{:.{n}f}}" for n in (2, 3, 4) if f"{a:.{n}f}" != f"{b:.{n}f}"), "{:.4f}")
-        text = (f"{p} {d} {f.format(a)}x (B={int(lo['batch_size'])}) to {f.format(b)}x (B={int(hi['batch_size'])})")
+        text = (f"{METHOD_LABELS.get(p, p)} {label(d)} {f.format(a)}x (B={int(lo['batch_size'])}) to {f.format(b)}x (B={int(hi['batch_size'])})")
         parts.append(text)
         if not b > a:
             narrow.append(text)
@@ -366,15 +378,17 @@ def upper_bound_checks(summary: pd.DataFrame, closed: dict | None) -> list[dict]
 
 
 def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, paper: dict, manifests=(),
-                upper: dict | None = None, closed: dict | None = None) -> pd.DataFrame:
+                upper: dict | None = None, closed: dict | None = None,
+                label: Callable[[str], str] = str) -> pd.DataFrame:
+    """Every trend check of every experiment, then the trained drafters' (``label``: a dataset's report name)."""
     rows = []
     for exp, p in points.groupby("exp", sort=False):
         b = breakdown[breakdown["exp"] == exp] if "exp" in breakdown else breakdown
-        for r in (ngram_check(p, templates, paper), verification_check(b), speedup_check(p)):
+        for r in (ngram_check(p, templates, paper, label), verification_check(b), speedup_check(p)):
             rows.append({"exp": exp, **r})
         if upper and exp in upper:
-            rows += [{"exp": exp, **r} for r in upper_bound_checks(upper[exp], (closed or {}).get(exp))]
-    for r in drafter_rows(manifests, points):
+            rows += [{"exp": exp, **r} for r in upper_bound_checks(upper[exp], (closed or {}).get(exp), label)]
+    for r in drafter_rows(manifests, points, label):
         rows.append({"exp": "drafters", **r})
     return pd.DataFrame(rows, columns=["exp", "check", "shown", "measured", "paper"])
 
@@ -413,7 +427,7 @@ def build(args, ctx: TraceContext) -> None:
             upper[str(exp)] = g
     closed = {str(c["exp"]): c for c in (read_json(p) for p in args.closed_loop)}
     t = trend_table(points, breakdown, templates, paper_ngram_ranking(metrics, args.released), args.drafters,
-                    upper, closed)
+                    upper, closed, ctx.dataset_label)
     write_csv(args.csv, t.assign(run_kind=ctx.run_kind))
     if args.json:
         write_json(args.json, json.loads(t.to_json(orient="records")))
