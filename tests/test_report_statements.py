@@ -208,8 +208,8 @@ def test_verification_dominates_names_the_point_where_it_does_not():
          "sampling_share": 0.03, "overhead_share": 0.051}])
     r = verification_check(bd)
     assert r["shown"] is False
-    assert r["measured"] == ("verification the largest phase: EAGLE k=3 B=1 70 %; draft model k=5 B=1 46 % -- not the "
-                             "largest at draft model k=5 B=1: drafting 46.1 % > verification 45.8 %")
+    assert r["measured"] == ("verification the largest phase: EAGLE (k=3) B=1 70 %; draft model (k=5) B=1 46 % -- not the "
+                             "largest at draft model (k=5) B=1: drafting 46.1 % > verification 45.8 %")
     assert verification_check(bd.iloc[:1])["shown"] is True
 
 

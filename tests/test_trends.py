@@ -48,15 +48,15 @@ def test_trends_shown_with_their_numbers():
     assert "tokens per drafting step of n-gram at k = 3 in the benchmark" in t.loc["n-gram ranks the workloads as the paper's data do",
                                                                            "measured"]
     # every workload's request at the same speedup: the intervals are the points
-    assert ("n-gram k=3: 1.40x [1.40, 1.40] (B=1), 1.10x [1.10, 1.10] (B=8); B=8 / B=1: 0.79 [0.79, 0.79] over 8 requests: "
+    assert ("n-gram (k=3): 1.40x [1.40, 1.40] (B=1), 1.10x [1.10, 1.10] (B=8); B=8 / B=1: 0.79 [0.79, 0.79] over 8 requests: "
             "falls" in t.loc["speedup falls with batch size", "measured"])
     # issue 24, item 4: under 8 requests no interval is printed as a 95 % one, and nothing is resolved
     few = T.trend_table(_points(ngram, speed, [0.6, 0.4, 0.3], requests=1), bd, TEMPLATES, PAPER).set_index("check")
     text = few.loc["speedup falls with batch size", "measured"]
-    assert "[" not in text and "n-gram k=3 (4 requests: too few for a 95 % interval): 1.40x (B=1)" in text
+    assert "[" not in text and "n-gram (k=3) (4 requests: too few for a 95 % interval): 1.40x (B=1)" in text
     assert text.count("too few") == text.count("(B=1)")  # said once per configuration
     assert few.loc["speedup falls with batch size", "shown"] == T.NOT_RESOLVED
-    assert "EAGLE k=3 B=1 70 %" in t.loc["verification dominates the step", "measured"]
+    assert "EAGLE (k=3) B=1 70 %" in t.loc["verification dominates the step", "measured"]
     assert "not the largest" not in t.loc["verification dominates the step", "measured"]
     # per-position acceptance falls by construction of chain verification: not a finding
     assert "acceptance falls with draft position" not in t.index
@@ -100,7 +100,7 @@ def test_verification_share_pools_the_profiled_requests():
                        for r in rows])
     r = T.verification_check(bd)
     # pooled: verification 1.8 s of 4 s (45 %), drafting 2.0 s (50 %): not the largest phase
-    assert r["measured"] == ("verification the largest phase: EAGLE k=3 B=1 45 % -- not the largest at EAGLE k=3 B=1: "
+    assert r["measured"] == ("verification the largest phase: EAGLE (k=3) B=1 45 % -- not the largest at EAGLE (k=3) B=1: "
                              "drafting 50.0 % > verification 45.0 %") and r["shown"] is False
 
 
@@ -122,11 +122,11 @@ def test_speedup_falls_only_where_its_interval_says_so():
     pts = normalise(pd.DataFrame(rows))
     r = T.speedup_check(pts)
     # issue 24, item 5: n-gram's ratio lies below 1, so it shows the finding though EAGLE's is not resolved
-    assert r["shown"] == "by n-gram k=3; not resolved: EAGLE k=3"
+    assert r["shown"] == "by n-gram (k=3); not resolved: EAGLE (k=3)"
     assert T.speedup_check(pts[pts["config"] != "eagle-k3"])["shown"] is True
     assert T.speedup_check(pts[pts["config"] != "ngram-k3"])["shown"] == T.NOT_RESOLVED
-    assert "n-gram k=3: 1.50x [1.50, 1.50] (B=1), 1.23x [" in r["measured"]  # mean of 1.20 .. 1.27: 1.235 - float error
-    assert "EAGLE k=3: 1.50x [1.50, 1.50] (B=1), 1.35x [" in r["measured"]
+    assert "n-gram (k=3): 1.50x [1.50, 1.50] (B=1), 1.23x [" in r["measured"]  # mean of 1.20 .. 1.27: 1.235 - float error
+    assert "EAGLE (k=3): 1.50x [1.50, 1.50] (B=1), 1.35x [" in r["measured"]
     # the ratio's interval for the mixed one holds 1; the other lies below it
     ng, ea = (part for part in r["measured"].split("; ") if "over 8 requests" in part)
     lo, hi = (float(x) for x in ng.split("B=8 / B=1: ")[1].split("[")[1].split("]")[0].split(", "))
@@ -134,7 +134,7 @@ def test_speedup_falls_only_where_its_interval_says_so():
     lo, hi = (float(x) for x in ea.split("B=8 / B=1: ")[1].split("[")[1].split("]")[0].split(", "))
     assert lo < 1 < hi
     tex = T.to_latex(pd.DataFrame([{"exp": "x", **r}], columns=["exp", "check", "shown", "measured", "paper"]))
-    assert "& by n-gram k=3; not resolved: EAGLE k=3 &" in tex
+    assert "& by n-gram (k=3); not resolved: EAGLE (k=3) &" in tex
 
 
 def test_heldout_and_benchmark_acceptance_side_by_side(tmp_path):

@@ -556,8 +556,8 @@ def test_profile_fit_recovers_the_overhead_per_token(tmp_path):
 
 def test_the_overhead_sentence_names_configurations_as_the_report_does():
     """The closed loop's 'What bounds it' listed job names (draft_model-k3 24.2 ms, none (cost-fit sweep) 12.0 ms)."""
-    assert closedloop.config_text("draft_model-k3") == "draft model k=3"
-    assert closedloop.config_text("eagle3-k10-bs") == "EAGLE-3 k by batch size, up to 10"
+    assert closedloop.config_text("draft_model-k3") == "draft model (k=3)"
+    assert closedloop.config_text("eagle3-k10-bs") == "EAGLE-3 (k by batch size, up to 10)"
     assert closedloop.config_text("none (cost-fit sweep)") == "no SD (cost-fit sweep)"
     assert closedloop.config_text("hybrid-adaptive-eagle-k5") == "hybrid-adaptive-eagle-k5"  # another shape: kept
     s = {"points": 2, "median_abs_error": 0.05, "worst_abs_error": 0.1}
@@ -565,7 +565,7 @@ def test_the_overhead_sentence_names_configurations_as_the_report_does():
             "overhead_per_step_s": 0.013, "overhead_by_method_s": {"draft_model": 0.02},
             "prefill_drafting_share_by_config": {"eagle-k5": 0.02}}
     text = closedloop.explanation(s, diag, "cpu")
-    assert "by configuration draft model k=3 24.2 ms, no SD (cost-fit sweep) 12.0 ms against the model's (no SD " \
+    assert "by configuration draft model (k=3) 24.2 ms, no SD (cost-fit sweep) 12.0 ms against the model's (no SD " \
            "13.0 ms, draft model 20.0 ms;" in text
-    assert "takes 2 % (EAGLE k=5) of the profiled step time" in text
+    assert "takes 2 % (EAGLE (k=5)) of the profiled step time" in text
     assert "draft_model" not in text and "eagle-k5" not in text

@@ -50,7 +50,7 @@ from ..core.uncertainty import MIN_INTERVAL_REQUESTS, bootstrap_ratio_ci
 from .enginesim import fitted_drafters, workload
 from ..engine.results.modelfit import DRAFTERS, LOOKUP, SWEEP_SUFFIX
 from ..core.io import read_json, read_parquet, write_csv, write_json
-from ..engine.results.metrics import load_points
+from ..engine.results.metrics import config_label_text, load_points
 from ..jobspec.args import METHOD_LABELS
 
 #: the key a simulated and a measured speedup must share
@@ -467,17 +467,15 @@ def signed_pct(x: float) -> str:
 
 
 def config_text(config: str) -> str:
-    """A configuration's name as the report writes it: ``draft_model-k3`` -> ``draft model k=3``, ``eagle3-k10-bs`` ->
-    ``EAGLE-3 k by batch size, up to 10``, ``none (cost-fit sweep)`` -> ``no SD (cost-fit sweep)``; a name of another
-    shape is kept."""
+    """A configuration's name as the report's tables write it (:func:`~specrepro.engine.results.metrics.config_label_text`):
+    ``draft_model-k3`` -> ``draft model (k=3)``, ``none (cost-fit sweep)`` -> ``no SD (cost-fit sweep)``; a name of
+    another shape is kept."""
     base = config.removesuffix(SWEEP_SUFFIX)
-    m = re.fullmatch(r"([a-z0-9_]+?)(?:-k(\d+))?(-bs)?", base)
+    m = re.fullmatch(r"([a-z0-9_]+?)(?:-k(\d+))?(?:-bs)?", base)
     if not m:
         return config
-    name = METHOD_LABELS.get(m.group(1), m.group(1))
-    if m.group(2):
-        name += f" k by batch size, up to {m.group(2)}" if m.group(3) else f" k={m.group(2)}"
-    return name + config[len(base):]
+    k = int(m.group(2)) if m.group(2) else None
+    return config_label_text(m.group(1), k, METHOD_LABELS, base) + config[len(base):]
 
 
 def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
