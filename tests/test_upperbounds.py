@@ -80,6 +80,9 @@ def test_the_error_splits_into_the_sd_job_and_the_no_sd_job():
     assert s["median_abs_sd_error"] == pytest.approx(0.0) and s["median_abs_baseline_error"] == pytest.approx(0.10)
     text = closedloop.explanation(s, {}, "cpu")
     assert "+15 % at ds, B = 1" in text and "0 % on the SD jobs and 10 % on the no-SD ones" in text
+    # the report names the dataset by its label, as the table above the sentence does
+    assert "+15 % at grade-school math (GSM8K-shaped), B = 1" in closedloop.explanation(
+        s, {}, "cpu", {"ds": "grade-school math (GSM8K-shaped)"})
     # a prediction without throughputs (the falsification's no-traces one) leaves the split empty
     bare = closedloop.join(_sim([("ds", "ngram", 3, 1, 1.5)]), _meas([("ds", "ngram", 3, 1, 1.6)]))
     assert bare[["sd_error", "baseline_error"]].isna().all().all() and "baseline_jobs" not in closedloop.summarise(bare)
@@ -164,6 +167,7 @@ def test_the_job_that_ran_in_a_slow_window_is_named_and_the_check_given_without_
                  "min_reference_vs_job": pytest.approx(-0.12), "max_reference_vs_job": pytest.approx(-0.08),
                  "others_points": 4, "others_median_abs_error": pytest.approx(0.03),
                  "others_worst_abs_error": pytest.approx(0.09)}
+    assert "(hybrid-adaptive: EAGLE (k=5): its references" in closedloop.drift_sentence({**d, "config": "hybrid-adaptive-eagle-k5"})
     assert closedloop.drift_sentence(d).endswith(
         "(slow: its references -12 to -8 % against the no-SD job's throughput), and the pairing cancels a slowdown "
         "only as far as it hits SD and no-SD steps alike; without its 2 points, median |error| 3 %, worst 9 % over "
@@ -559,7 +563,13 @@ def test_the_overhead_sentence_names_configurations_as_the_report_does():
     assert closedloop.config_text("draft_model-k3") == "draft model (k=3)"
     assert closedloop.config_text("eagle3-k10-bs") == "EAGLE-3 (k by batch size, up to 10)"
     assert closedloop.config_text("none (cost-fit sweep)") == "no SD (cost-fit sweep)"
-    assert closedloop.config_text("hybrid-adaptive-eagle-k5") == "hybrid-adaptive-eagle-k5"  # another shape: kept
+    # draft jobs as the tables write them (the drift sentence and the falsification table read their names)
+    assert closedloop.config_text("hybrid-adaptive-eagle-k5") == "hybrid-adaptive: EAGLE (k=5)"
+    assert closedloop.config_text("hybrid-ngram-first-eagle-k5") == "hybrid-ngram-first: EAGLE (k=5)"
+    assert closedloop.config_text("controlled-eagle-k8") == "controlled: EAGLE (k=8)"
+    assert closedloop.config_text("oracle-ngram-k20") == "oracle-ngram: n-gram (k=20)"
+    assert closedloop.config_text("oracle-combine-k20") == "oracle-combine (k=20)"  # its name has no engine method
+    assert closedloop.config_text("slow") == "slow"  # another shape: kept
     s = {"points": 2, "median_abs_error": 0.05, "worst_abs_error": 0.1}
     diag = {"overhead_by_config_s": {"draft_model-k3": 0.0242, "none (cost-fit sweep)": 0.012},
             "overhead_per_step_s": 0.013, "overhead_by_method_s": {"draft_model": 0.02},

@@ -384,6 +384,7 @@ rule tab_trends:
         points=[f"results/engine/{x}/bench/{c}.parquet" for (x, c) in ENGINE_JOBS if x in TREND_EXPERIMENTS],
         breakdown=[f"results/engine/{x}/profile/{c}.breakdown.csv" for x, c in PROFILE_JOBS if x in TREND_EXPERIMENTS],
         acceptance=f"results/metrics/acceptance-{RELEASED['name']}.json",
+        claims=str(REPO / "paper" / "claims.yaml"),
         drafters=trend_drafters(),
         # Figs. 10/12's findings on the experiments' own traces, and the closed loop (workflow/rules/upperbounds.smk)
         upper=lambda wc: [f"results/simulator/engine-{x}/upper_bounds.csv" for x in TREND_EXPERIMENTS if x in UPPER_BOUND_EXPERIMENTS],
@@ -405,5 +406,6 @@ rule tab_trends:
     shell:
         "specrepro figure tab_trends --run-config {input.config} --subject engine --points {input.points:q}"
         " --breakdown {params.breakdown} --acceptance-metrics {input.acceptance} --released {params.released}"
+        " --claims {input.claims:q}"
         " --drafters {params.drafters} --upper-bounds {params.upper} --closed-loop {params.closed}"
         " --csv {output.csv} --json {output.json} -o {output.tex} 2> {log}"

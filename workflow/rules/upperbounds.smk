@@ -85,6 +85,7 @@ rule closed_loop:
         report="results/engine/{exp}/cost_model.json",
         schedule="results/simulator/engine-{exp}/schedule.json",
         breakdowns=lambda wc: [f"results/engine/{wc.exp}/profile/{c}.breakdown.csv" for c in exp_profile_jobs(wc.exp)],
+        config=RUN_CONFIG,
     output:
         table="results/simulator/engine-{exp}/closed_loop.csv",
         summary="results/simulator/engine-{exp}/closed_loop.json",
@@ -103,7 +104,7 @@ rule closed_loop:
         "specrepro closed-loop --exp {wildcards.exp} --points {input.points:q} --prompts {input.prompts:q}"
         " --traces {input.traces:q} --methods {params.methods} --cost-model {input.cost:q} --fit-report {input.report:q}"
         " --schedule {input.schedule:q} --breakdowns {params.breakdowns} --seed {params.seed} --run-kind {params.kind}"
-        " -o {output.table:q}"
+        " --run-config {input.config:q} -o {output.table:q}"
         " --summary {output.summary:q} 2> {log}"
 
 

@@ -50,7 +50,7 @@ from ..core.uncertainty import MIN_INTERVAL_REQUESTS, bootstrap_ratio_ci
 from .enginesim import fitted_drafters, workload
 from ..engine.results.modelfit import DRAFTERS, LOOKUP, SWEEP_SUFFIX
 from ..core.io import read_json, read_parquet, write_csv, write_json
-from ..engine.results.metrics import config_label_text, load_points
+from ..engine.results.metrics import DRAFT_MODE, config_label_text, load_points
 from ..jobspec.args import METHOD_LABELS
 
 #: the key a simulated and a measured speedup must share
@@ -361,7 +361,7 @@ def drift_sentence(moved: Mapping[str, Any]) -> str:
         return ""
     lo, hi = (round(100 * moved[c]) for c in ("min_reference_vs_job", "max_reference_vs_job"))
     span = f"{lo:+d} %" if lo == hi else f"{lo:+d} to {hi:+d} %"
-    return (f"one job ran in a slow window ({moved['config']}: its references {span} against the no-SD job's "
+    return (f"one job ran in a slow window ({config_text(moved['config'])}: its references {span} against the no-SD job's "
             f"throughput), and the pairing cancels a slowdown only as far as it hits SD and no-SD steps alike; without "
             f"its {moved['points']} points, median |error| {100 * moved['others_median_abs_error']:.0f} %, worst "
             f"{100 * moved['others_worst_abs_error']:.0f} % over the other {moved['others_points']}")
@@ -468,8 +468,18 @@ def signed_pct(x: float) -> str:
 
 def config_text(config: str) -> str:
     """A configuration's name as the report's tables write it (:func:`~specrepro.engine.results.metrics.config_label_text`):
-    ``draft_model-k3`` -> ``draft model (k=3)``, ``none (cost-fit sweep)`` -> ``no SD (cost-fit sweep)``; a name of
-    another shape is kept."""
+    ``draft_model-k3`` -> ``draft model (k=3)``, ``none (cost-fit sweep)`` -> ``no SD (cost-fit sweep)``, a draft job's
+    ``hybrid-adaptive-eagle-k5`` -> ``hybrid-adaptive: EAGLE (k=5)`` (``oracle-combine-k20``, whose name has no engine
+    method, -> ``oracle-combine (k=20)``); a name of another shape is kept."""
+    mode = DRAFT_MODE.match(config)
+    if mode:
+        m = re.fullmatch(r"(?:([a-z0-9_]+)-)?k(\d+)", config[mode.end():])
+        if not m:
+            return config
+        method = m.group(1) or mode.group(1).removeprefix("oracle-")
+        if method == "combine":
+            return f"{mode.group(1)} (k={m.group(2)})"
+        return config_label_text(method, int(m.group(2)), METHOD_LABELS, config)
     base = config.removesuffix(SWEEP_SUFFIX)
     m = re.fullmatch(r"([a-z0-9_]+?)(?:-k(\d+))?(?:-bs)?", base)
     if not m:
@@ -478,8 +488,10 @@ def config_text(config: str) -> str:
     return config_label_text(m.group(1), k, METHOD_LABELS, base) + config[len(base):]
 
 
-def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
-    """One paragraph on the size of the error and what this run's numbers say about its causes."""
+def explanation(summary: Mapping, diag: Mapping, run_kind: str, dataset_labels: Mapping[str, str] | None = None) -> str:
+    """One paragraph on the size of the error and what this run's numbers say about its causes (datasets named by
+    ``dataset_labels``, the config's labels, as the tables name them)."""
+    labels = dict(dataset_labels or {})
     if not summary.get("points"):
         return "No configuration was both benchmarked and traced at a fixed k: nothing to compare."
     med, worst = summary["median_abs_error"], summary["worst_abs_error"]
@@ -531,7 +543,8 @@ def explanation(summary: Mapping, diag: Mapping, run_kind: str) -> str:
         wb = r["worst_baseline"]
         why.append(f"in absolute throughput the cost model is off by {100 * r['median_abs_sd_error']:.0f} % on the SD "
                    f"jobs and {100 * r['median_abs_baseline_error']:.0f} % on the no-SD ones (medians; the no-SD job "
-                   f"furthest off: {100 * wb['baseline_error']:+.0f} % at {wb['dataset']}, B = {wb['batch_size']}); a "
+                   f"furthest off: {100 * wb['baseline_error']:+.0f} % at {labels.get(wb['dataset'], wb['dataset'])}, B = "
+                   f"{wb['batch_size']}); a "
                    "speedup's error is the two jobs' ratio (1 + error = (1 + SD job's) / (1 + no-SD job's)), so a no-SD "
                    "job that ran slow or fast moves every SD point of its (dataset, B) the other way")
     hw = diag.get("median_measured_ci_half_width")
@@ -612,6 +625,13 @@ def experiment_inputs(point_files, exp: str, prompt_files, trace_files):
     return points, ids, traces, traced
 
 
+def dataset_labels(run_config_path: str | None) -> dict[str, str]:
+    """{dataset: its label} from the run's resolved config (``results/run_config.json``); {} without one."""
+    if not run_config_path:
+        return {}
+    return {k: (d or {}).get("label", k) for k, d in (read_json(run_config_path).get("datasets") or {}).items()}
+
+
 def run_closed_loop(a) -> None:
     """The body of ``specrepro closed-loop``."""
     from pathlib import Path
@@ -639,4 +659,4 @@ def run_closed_loop(a) -> None:
     diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
     write_csv(a.output, table, float_format="%.6g")
     write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
-                           "explanation": explanation(summ, diag, a.run_kind)})
+                           "explanation": explanation(summ, diag, a.run_kind, dataset_labels(a.run_config))})

@@ -109,6 +109,7 @@ def _add_closed_loop(sub) -> None:
     p.add_argument("--breakdowns", nargs="*", default=[], help="the profiled passes' breakdowns (the same points timed "
                                                               "twice: diagnostics)")
     p.add_argument("--run-kind", default="cpu")
+    p.add_argument("--run-config", help="results/run_config.json: the datasets' labels, as the report names them")
     p.add_argument("-o", "--output", required=True, help="one row per compared point (CSV)")
     p.add_argument("--summary", required=True, help="the experiment's summary (JSON)")
     p.set_defaults(func=_run_closed_loop)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import FigureSpec, TraceContext
 from ._enginesim import tex_pct
-from ..analysis.closedloop import DRIFT_NOTED
+from ..analysis.closedloop import DRIFT_NOTED, config_text
 from ..analysis.falsify import FACTOR, ORDERINGS, VARIANT_LABELS, VARIANTS
 from ..core.io import read_json, write_csv, write_text
 from ..core.latex import tex_escape
@@ -162,7 +162,7 @@ def to_latex(t: pd.DataFrame) -> str:
                                     f"{tex_pct(r.worst_abs_error)} & \\multicolumn{{5}}{{l}}{{}} \\\\"]
             continue
         if r.variant.endswith(WITHOUT_DRIFTED):
-            lines.append(f"\\quad without {tex_escape(r.drifted_job)} ({int(r.points)} points) & "
+            lines.append(f"\\quad without {tex_escape(config_text(r.drifted_job))} ({int(r.points)} points) & "
                          f"{tex_pct(r.median_abs_error)} & {tex_pct(r.worst_abs_error)} & & "
                          "\\multicolumn{4}{l}{slow window: references "
                          f"{tex_pct(r.drifted_reference_vs_job, True)}}} \\\\")

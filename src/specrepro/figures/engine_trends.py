@@ -9,7 +9,8 @@ For every experiment with ``trend_checks: true`` (the CPU run's real model, Smol
    sharegpt, gsm8k). Shown when the orders are equal.
 2. *Verification dominates the step*: the verification share of the profiled step per
    configuration and batch size (vLLM's phase annotations); shown when it is the largest phase
-   everywhere.
+   everywhere but where the paper's own Fig. 4 data make the same exception (paper/claims.yaml: Qwen3-8B's
+   draft model at B = 1, drafting 47.1 % against verification 41.9 %), at this run's smallest batch size.
 3. *Speedup falls with batch size*: each SD configuration's speedup over no SD at the smallest and the
    largest batch size (mean SD throughput over mean no-SD throughput of the same requests, all workloads
    pooled), each with its 95 % bootstrap interval over requests, and the ratio of the two with its paired
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -53,6 +55,7 @@ from ..core.io import SpecReproError, read_json, write_csv, write_json, write_te
 from ..core.latex import tabular_per_group, tex_escape
 from ..core.uncertainty import (MIN_INTERVAL_REQUESTS, Interval, bootstrap_function_ci, bootstrap_pooled_ratio_ci,
                                 bootstrap_ratio_ci)
+from ..analysis.claims import load_claims
 from ..analysis.closedloop import config_text
 from ..jobspec.args import METHOD_LABELS
 from ..analysis.enginesim import best_fixed
@@ -82,7 +85,8 @@ SPEC = FigureSpec(
         "n-gram drafts best where the output repeats the prompt: its simulated speedup at B = 1, k = 5 ranks code "
         "editing (2.10x), then summaries (1.38x), chat (1.33x), math (1.16x) (Fig. 10(a)-(d), paper/claims.yaml); by "
         "acceptance length, what this table ranks, the released traces put chat above summaries; "
-        "verification (the target's forward pass) takes most of a step; speedups fall as the batch grows."
+        "verification (the target's forward pass) is the largest phase of a step, but for a draft model at B = 1 "
+        "(Qwen3-8B with Qwen3-0.6B: drafting 47.1 %, verification 41.9 %, Fig. 4); speedups fall as the batch grows."
     ),
     data="engine runs (CPU) and released traces",
 )
@@ -99,6 +103,7 @@ def add_arguments(p) -> None:
     p.add_argument("--breakdown", nargs="*", default=[], help="profile breakdown CSVs of the checked experiments")
     p.add_argument("--acceptance-metrics", required=True, help="results/metrics/acceptance-<released>.json")
     p.add_argument("--released", required=True, help="name of the released trace set")
+    p.add_argument("--claims", required=True, help="paper/claims.yaml: the paper's Fig. 4 shares (verification check)")
     p.add_argument("--drafters", nargs="*", default=[], help="manifests of trained drafters (training records)")
     p.add_argument("--upper-bounds", nargs="*", default=[],
                    help="results/simulator/engine-<exp>/upper_bounds.csv of the checked experiments")
@@ -151,13 +156,50 @@ def ngram_check(points: pd.DataFrame, templates: dict, paper: dict, label: Calla
     }
 
 
-def verification_check(breakdown: pd.DataFrame) -> dict:
+#: a registry claim of the paper's Fig. 4 shares: engine.<model>.<dataset>.<config>.breakdown.<phase>_pct.b<B>
+_PAPER_SHARE = re.compile(r"^engine\.(?P<model>.+)\.(?P<dataset>[^.]+)\.(?P<config>[^.]+)\.breakdown\."
+                          r"(?P<phase>\w+)_pct\.b(?P<b>\d+)$")
+
+
+def paper_phase_exceptions(claims) -> list[dict]:
+    """The paper's own Fig. 4 points where drafting takes more of the step than verification, from the registry's
+    breakdown claims (``paper/claims.yaml``): model (as its statements name it), method, batch size and the two shares
+    in %, smallest batch size first."""
+    shares: dict[tuple, dict] = {}
+    for c in claims:
+        m = _PAPER_SHARE.match(c.measured_by or "")
+        if not m or c.value is None:
+            continue
+        key = (m["model"], m["config"].split("-k")[0], int(m["b"]))
+        d = shares.setdefault(key, {"model": c.statement.split(",")[0].strip(), "method": key[1], "batch_size": key[2]})
+        d[m["phase"]] = float(c.value)
+    out = [d for d in shares.values() if d.get("drafting", 0) > d.get("verification", math.inf)]
+    return sorted(out, key=lambda d: (d["batch_size"], d["model"], d["method"]))
+
+
+def _paper_phase_text(exceptions: list[dict]) -> str:
+    return "; ".join(f"{d['model']} {METHOD_LABELS.get(d['method'], d['method'])} B={d['batch_size']}: drafting "
+                     f"{d['drafting']:.1f} % > verification {d['verification']:.1f} %" for d in exceptions)
+
+
+def verification_check(breakdown: pd.DataFrame, paper_exceptions: list[dict] = ()) -> dict:
+    """Verification is the largest phase of the step at every profiled configuration and batch size, except where the
+    paper's own data make the same exception (``paper_exceptions``, :func:`paper_phase_exceptions`: its draft model at
+    B = 1): a point here is excused when its method is one the paper's data show drafting ahead at the paper's
+    smallest batch size and the point is at this run's smallest profiled batch size."""
+    paper_text = "verification 42-95 % of the step (Fig. 4)"
+    if paper_exceptions:
+        paper_text = (f"verification 42-95 % of the step, the largest phase except at {_paper_phase_text(paper_exceptions)}"
+                      " (Fig. 4)")
     if breakdown.empty or "verification_share" not in breakdown:
-        return {"check": "verification dominates the step", "measured": "no profiled steps", "paper": "42-95 %",
+        return {"check": "verification dominates the step", "measured": "no profiled steps", "paper": paper_text,
                 "shown": None}
     names = [n for n in ("drafting", "verification", "sampling", "overhead") if f"{n}_share" in breakdown]
     label = "config" if "config" in breakdown else "method"
-    rows, beaten = [], []
+    smallest_b = int(breakdown["batch_size"].min())
+    paper_small = min((d["batch_size"] for d in paper_exceptions), default=None)
+    excused_methods = {d["method"] for d in paper_exceptions if d["batch_size"] == paper_small}
+    rows, beaten, excused = [], [], []
     # one share per configuration and batch size: the phases' times pooled over the profiled requests
     for (cfg, b), g in breakdown.groupby([label, "batch_size"], sort=False):
         if all(f"{n}_s" in g for n in names) and "total_s" in g and float(g["total_s"].sum()) > 0:
@@ -166,15 +208,19 @@ def verification_check(breakdown: pd.DataFrame) -> dict:
             share = {n: float(g[f"{n}_share"].mean()) for n in names}
         top = max(share, key=share.get)
         if share["verification"] < share[top] - 1e-12:
-            beaten.append(f"{config_text(str(cfg))} B={int(b)}: {top} {100 * share[top]:.1f} % > verification "
-                          f"{100 * share['verification']:.1f} %")
+            text = (f"{config_text(str(cfg))} B={int(b)}: {top} {100 * share[top]:.1f} % > verification "
+                    f"{100 * share['verification']:.1f} %")
+            method = str(g["method"].iloc[0]) if "method" in g else str(cfg).split("-k")[0]
+            (excused if method in excused_methods and int(b) == smallest_b else beaten).append(text)
         rows.append(f"{config_text(str(cfg))} B={int(b)} {100 * share['verification']:.0f} %")
-    # "dominates" = the largest phase of every profiled step (the paper's 42 % on Qwen3-8B is its largest phase too)
     measured = "verification the largest phase: " + "; ".join(rows)
     if beaten:
         measured += " -- not the largest at " + "; ".join(beaten)
-    return {"check": "verification dominates the step", "measured": measured,
-            "paper": "verification 42-95 % of the step (Fig. 4)", "shown": not beaten}
+    if excused:
+        measured += (" -- not the largest at " + "; ".join(excused) + ", where the paper's data make the same "
+                     f"exception (its smallest batch size, B={paper_small})")
+    return {"check": "verification dominates the step", "measured": measured, "paper": paper_text,
+            "shown": not beaten}
 
 
 def _iv(iv: Interval, unit: str = "", f: str = "{:.2f}") -> str:
@@ -379,12 +425,13 @@ def upper_bound_checks(summary: pd.DataFrame, closed: dict | None, label: Callab
 
 def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, paper: dict, manifests=(),
                 upper: dict | None = None, closed: dict | None = None,
-                label: Callable[[str], str] = str) -> pd.DataFrame:
-    """Every trend check of every experiment, then the trained drafters' (``label``: a dataset's report name)."""
+                label: Callable[[str], str] = str, paper_exceptions: list[dict] = ()) -> pd.DataFrame:
+    """Every trend check of every experiment, then the trained drafters' (``label``: a dataset's report name;
+    ``paper_exceptions``: :func:`paper_phase_exceptions`)."""
     rows = []
     for exp, p in points.groupby("exp", sort=False):
         b = breakdown[breakdown["exp"] == exp] if "exp" in breakdown else breakdown
-        for r in (ngram_check(p, templates, paper, label), verification_check(b), speedup_check(p)):
+        for r in (ngram_check(p, templates, paper, label), verification_check(b, paper_exceptions), speedup_check(p)):
             rows.append({"exp": exp, **r})
         if upper and exp in upper:
             rows += [{"exp": exp, **r} for r in upper_bound_checks(upper[exp], (closed or {}).get(exp), label)]
@@ -427,8 +474,9 @@ def build(args, ctx: TraceContext) -> None:
             upper[str(exp)] = g
     closed = {str(c["exp"]): c for c in (read_json(p) for p in args.closed_loop)}
     t = trend_table(points, breakdown, templates, paper_ngram_ranking(metrics, args.released), args.drafters,
-                    upper, closed, ctx.dataset_label)
-    write_csv(args.csv, t.assign(run_kind=ctx.run_kind))
+                    upper, closed, ctx.dataset_label, paper_phase_exceptions(load_claims(args.claims)))
+    exp_labels = {e["name"]: e.get("label", e["name"]) for e in rc.get("experiments") or []}
+    write_csv(args.csv, t.assign(run_kind=ctx.run_kind, exp_label=[exp_labels.get(x, x) for x in t["exp"]]))
     if args.json:
         write_json(args.json, json.loads(t.to_json(orient="records")))
     write_text(args.output, to_latex(t))
@@ -446,7 +494,9 @@ def finding(csv) -> str:
     part = judged[s.str.startswith("by ")]["check"].tolist()
     no = judged[s == "False"]["check"].tolist()
     open_ = judged[s == NOT_RESOLVED]["check"].tolist()
-    exps = ", ".join(dict.fromkeys(judged["exp"].astype(str)))
+    # the experiments as the report names them (exp_label: the config's label), not by their config names
+    names = judged["exp_label"] if "exp_label" in judged else judged["exp"]
+    exps = ", ".join(dict.fromkeys(names.astype(str)))
     text = f"{exps} shows {len(yes)} of the {len(judged)} paper trends checked here" + (
         f" ({'; '.join(yes)})" if yes else "")
     if part:

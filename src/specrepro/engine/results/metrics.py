@@ -96,7 +96,7 @@ def config_order(points: pd.DataFrame) -> list[tuple[str, str, int | None]]:
 
 
 #: a draft job's configuration label (specrepro.jobspec.drafts): oracle-<of>-k20, controlled-<m>-k3, hybrid-<policy>-<m>-k5
-_DRAFT_MODE = re.compile(r"^(oracle-[a-z0-9_]+|controlled|hybrid-(?:adaptive|ngram-first))-")
+DRAFT_MODE = re.compile(r"^(oracle-[a-z0-9_]+|controlled|hybrid-(?:adaptive|ngram-first))-")
 
 
 def config_label_text(method: str, k: int | None, labels: Mapping[str, str], config: str | None = None) -> str:
@@ -105,7 +105,7 @@ def config_label_text(method: str, k: int | None, labels: Mapping[str, str], con
     name = labels.get(method, method)
     if method == "none" or k is None:
         return name
-    mode = _DRAFT_MODE.match(str(config or ""))
+    mode = DRAFT_MODE.match(str(config or ""))
     if mode:
         return f"{mode.group(1)}: {name} (k={k})"
     if config is not None and str(config).endswith("-bs"):
