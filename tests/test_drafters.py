@@ -153,6 +153,11 @@ def test_trained_drafters_need_train_data_and_matching_kind():
     bad = copy.deepcopy(cfg)
     bad["models"]["smollm2-135m"]["drafters"]["eagle"]["source"]["train"]["kind"] = "draft_model"
     assert any(p.startswith("config error: models.smollm2-135m.drafters.eagle.source.train.kind") for p in config_problems(bad))
+    bad = copy.deepcopy(cfg)
+    bad["models"]["smollm2-135m"]["train_data"]["workload_datasets"]["code"] = "smol_cod"
+    assert [p for p in config_problems(bad) if "workload_datasets" in p] == [
+        'config error: models.smollm2-135m.train_data.workload_datasets.code = "smol_cod": no such dataset (datasets: '
+        + ", ".join(cfg["datasets"]) + ")"]
 
 
 def test_smollm2_engine_jobs_use_its_engine_settings():

@@ -164,6 +164,18 @@ def test_heldout_and_benchmark_acceptance_side_by_side(tmp_path):
     # per workload, where the two differ: held-out a 33 / 20, b 15 / 10; benchmark code 1 + 65 / 200
     assert "] (a 1.65, b 1.50); benchmark" in side["measured"] and "] (code 1.32)" in side["measured"]
     assert side["measured"].endswith("; the intervals overlap") is False  # 1.60 [1.5, 1.7] vs 1.32 [..]: apart
+    # named as the benchmark's datasets where the config says which one a training workload is shaped like
+    # (models.<m>.train_data.workload_datasets): both splits then in the same words and order
+    real = tmp_path / "resources" / "models" / "m" / "drafters" / "eagle" / "manifest.json"
+    real.parent.mkdir(parents=True)
+    real.write_text(man.read_text())
+    names = {"code": "code editing (InstructCoder-shaped)"}.get
+    lab = T.workload_labeller({"models": {"m": {"train_data": {"workload_datasets": {"a": "code"}}}}},
+                              lambda d: names(d, d))
+    side = T.drafter_rows([real], normalise(pd.DataFrame(rows)), lambda d: names(d, d), lab)[1]
+    assert "] (b 1.50, code editing (InstructCoder-shaped) 1.65); benchmark" in side["measured"]
+    assert "] (code editing (InstructCoder-shaped) 1.32)" in side["measured"]
+    assert lab("other-model", "a") == "a"
     held = T.heldout_interval(json.loads(man.read_text())["training"]["heldout_trained"])
     assert held.estimate == pytest.approx(1.6) and held.low >= 1.5 and held.high <= 1.7
     old = json.loads(man.read_text())

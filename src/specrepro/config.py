@@ -322,6 +322,10 @@ def standin_problems(config: Mapping[str, Any], paper: Mapping[str, Any]) -> lis
 def _trained_drafter_problems(config: Mapping[str, Any]) -> Iterator[str]:
     """A drafter with a ``train`` source needs its target's ``train_data``; ``layers`` is for draft models."""
     for m, model in (config.get("models") or {}).items():
+        for w, ds in ((model.get("train_data") or {}).get("workload_datasets") or {}).items():
+            if ds not in (config.get("datasets") or {}):
+                yield (f"config error: models.{m}.train_data.workload_datasets.{w} = {json.dumps(ds)}: no such dataset "
+                       f"(datasets: {', '.join(config.get('datasets') or {})})")
         for method, d in (model.get("drafters") or {}).items():
             tr = (d.get("source") or {}).get("train")
             if not tr:

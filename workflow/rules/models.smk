@@ -63,7 +63,8 @@ rule drafter_train_data:
     wildcard_constraints:
         model=name_regex(TRAIN_TARGETS),
     params:
-        td=lambda wc: config["models"][wc.model]["train_data"],
+        # only what the command reads: a key that names things (workload_datasets) reruns no generation
+        td=lambda wc: {k: config["models"][wc.model]["train_data"][k] for k in ("max_output_tokens", "heldout", "seed")},
         engine=lambda wc: train_engine(wc.model),
     # first in line: every drafter's engine jobs wait for it, the no-SD and n-gram ones do not
     priority: 10

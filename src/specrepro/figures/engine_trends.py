@@ -344,10 +344,14 @@ def _drafter(training: dict) -> str:
     return METHOD_LABELS.get(kind, kind)
 
 
-def drafter_rows(manifests, points: pd.DataFrame | None = None, label: Callable[[str], str] = str) -> list[dict]:
+def drafter_rows(manifests, points: pd.DataFrame | None = None, label: Callable[[str], str] = str,
+                 workload_label: Callable[[str, str], str] = lambda model, w: w) -> list[dict]:
+    """The trained drafters' rows; ``label`` names a benchmark dataset, ``workload_label(model, workload)`` a training
+    workload of that model's held-out prompts (the label of the dataset it is shaped like, where the config says)."""
     out = []
     for path in manifests:
         m = read_json(path)
+        model = Path(path).parents[2].name  # resources/models/<model>/drafters/<kind>/manifest.json
         tr = (m or {}).get("training") or {}
         u, t = tr.get("heldout_untrained") or {}, tr.get("heldout_trained") or {}
         cf = tr.get("heldout_closed_form") or {}
@@ -378,7 +382,7 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None, label: Callable[
         out.append({
             "check": f"trained {_drafter(tr)}: tokens per step on held-out prompts and in the benchmark (k = {k})",
             "measured": (f"held-out (the training's prompts, host-side, {held.n} requests): {_iv(held)}"
-                         f"{_split(heldout_by_workload(t))}; benchmark (vLLM's counters, {bench.n} requests): "
+                         f"{_split({workload_label(model, w): v for w, v in heldout_by_workload(t).items()})}; benchmark (vLLM's counters, {bench.n} requests): "
                          f"{_iv(bench)}{_split(bench_split)}"
                          + ("; the intervals overlap" if known and not apart else "")),
             "paper": "(not a paper finding)",
@@ -425,7 +429,8 @@ def upper_bound_checks(summary: pd.DataFrame, closed: dict | None, label: Callab
 
 def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, paper: dict, manifests=(),
                 upper: dict | None = None, closed: dict | None = None,
-                label: Callable[[str], str] = str, paper_exceptions: list[dict] = ()) -> pd.DataFrame:
+                label: Callable[[str], str] = str, paper_exceptions: list[dict] = (),
+                workload_label: Callable[[str, str], str] = lambda model, w: w) -> pd.DataFrame:
     """Every trend check of every experiment, then the trained drafters' (``label``: a dataset's report name;
     ``paper_exceptions``: :func:`paper_phase_exceptions`)."""
     rows = []
@@ -435,7 +440,7 @@ def trend_table(points: pd.DataFrame, breakdown: pd.DataFrame, templates: dict, 
             rows.append({"exp": exp, **r})
         if upper and exp in upper:
             rows += [{"exp": exp, **r} for r in upper_bound_checks(upper[exp], (closed or {}).get(exp), label)]
-    for r in drafter_rows(manifests, points, label):
+    for r in drafter_rows(manifests, points, label, workload_label):
         rows.append({"exp": "drafters", **r})
     return pd.DataFrame(rows, columns=["exp", "check", "shown", "measured", "paper"])
 
@@ -458,6 +463,14 @@ def to_latex(t: pd.DataFrame) -> str:
     return "\n".join(tabular_per_group(head, groups) + [""])
 
 
+def workload_labeller(run_config: dict, label: Callable[[str], str]) -> Callable[[str, str], str]:
+    """(model, training workload) -> the label of the benchmark dataset that workload is shaped like
+    (``models.<m>.train_data.workload_datasets``), else the workload's own name."""
+    maps = {m: (d.get("train_data") or {}).get("workload_datasets") or {}
+            for m, d in (run_config.get("models") or {}).items()}
+    return lambda model, w: label(maps[model][w]) if w in maps.get(model, {}) else w
+
+
 def build(args, ctx: TraceContext) -> None:
     points = load_points(args.points)
     frames = [pd.read_csv(p) for p in args.breakdown if Path(p).exists()]
@@ -474,7 +487,8 @@ def build(args, ctx: TraceContext) -> None:
             upper[str(exp)] = g
     closed = {str(c["exp"]): c for c in (read_json(p) for p in args.closed_loop)}
     t = trend_table(points, breakdown, templates, paper_ngram_ranking(metrics, args.released), args.drafters,
-                    upper, closed, ctx.dataset_label, paper_phase_exceptions(load_claims(args.claims)))
+                    upper, closed, ctx.dataset_label, paper_phase_exceptions(load_claims(args.claims)),
+                    workload_labeller(rc, ctx.dataset_label))
     exp_labels = {e["name"]: e.get("label", e["name"]) for e in rc.get("experiments") or []}
     write_csv(args.csv, t.assign(run_kind=ctx.run_kind, exp_label=[exp_labels.get(x, x) for x in t["exp"]]))
     if args.json:
