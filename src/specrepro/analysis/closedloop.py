@@ -488,10 +488,10 @@ def config_text(config: str) -> str:
     return config_label_text(m.group(1), k, METHOD_LABELS, base) + config[len(base):]
 
 
-def explanation(summary: Mapping, diag: Mapping, run_kind: str, dataset_labels: Mapping[str, str] | None = None) -> str:
+def explanation(summary: Mapping, diag: Mapping, run_kind: str, labels: Mapping[str, str] | None = None) -> str:
     """One paragraph on the size of the error and what this run's numbers say about its causes (datasets named by
-    ``dataset_labels``, the config's labels, as the tables name them)."""
-    labels = dict(dataset_labels or {})
+    ``labels``, :func:`dataset_labels`)."""
+    labels = dict(labels or {})
     if not summary.get("points"):
         return "No configuration was both benchmarked and traced at a fixed k: nothing to compare."
     med, worst = summary["median_abs_error"], summary["worst_abs_error"]
@@ -625,11 +625,9 @@ def experiment_inputs(point_files, exp: str, prompt_files, trace_files):
     return points, ids, traces, traced
 
 
-def dataset_labels(run_config_path: str | None) -> dict[str, str]:
-    """{dataset: its label} from the run's resolved config (``results/run_config.json``); {} without one."""
-    if not run_config_path:
-        return {}
-    return {k: (d or {}).get("label", k) for k, d in (read_json(run_config_path).get("datasets") or {}).items()}
+def dataset_labels(run_config: Mapping) -> dict[str, str]:
+    """{dataset: its label} of a run's resolved config (``results/run_config.json``), as the report's tables name them."""
+    return {k: (d or {}).get("label", k) for k, d in (run_config.get("datasets") or {}).items()}
 
 
 def run_closed_loop(a) -> None:
@@ -658,5 +656,6 @@ def run_closed_loop(a) -> None:
         summ["out_of_sample_worst_abs_error"] = float(out["abs_error"].max())
     diag = diagnostics(table, fit, {**repeat_spread(points, bd), **repeat_speedups(points, bd, table)})
     write_csv(a.output, table, float_format="%.6g")
+    labels = dataset_labels(read_json(a.run_config)) if a.run_config else {}
     write_json(a.summary, {"exp": a.exp, "ngram_match_prob": match, **summ, "diagnostics": diag,
-                           "explanation": explanation(summ, diag, a.run_kind, dataset_labels(a.run_config))})
+                           "explanation": explanation(summ, diag, a.run_kind, labels)})

@@ -44,7 +44,8 @@ from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import METHOD_LABELS, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
 from .closedloop import (
-    SPLIT_COLUMNS, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline, with_errors,
+    SPLIT_COLUMNS, dataset_labels, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline,
+    with_errors,
 )
 from .falsify import FACTOR, VARIANT_LABELS, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate
@@ -570,5 +571,4 @@ def run_drafted(a) -> None:
         "oracle": summarise(table[table["mode"] == "oracle"]), "fixed": summarise(table[table["mode"] == "fixed"]),
         "hybrid": hyb_err, "hybrid_falsification": {**hyb_false, "sentence": falsification_sentence(hyb_false)},
         "drafter_cost_ms": costs, "choice_shares": shares, "departed_requests": departed,
-        **hybrid_finding(hyb, costs, hyb_err, {k: (d or {}).get("label", k)
-                                               for k, d in (run_config.get("datasets") or {}).items()})})
+        **hybrid_finding(hyb, costs, hyb_err, dataset_labels(run_config))})

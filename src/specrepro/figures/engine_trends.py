@@ -379,10 +379,11 @@ def drafter_rows(manifests, points: pd.DataFrame | None = None, label: Callable[
                  and min(held.n or 0, bench.n or 0) >= MIN_INTERVAL_REQUESTS)
         apart = known and (held.low > bench.high or held.high < bench.low)
         bench_split = {label(w): v for w, v in benchmark_by_workload(points, method, k).items()}
+        held_split = {workload_label(model, w): v for w, v in heldout_by_workload(t).items()}
         out.append({
             "check": f"trained {_drafter(tr)}: tokens per step on held-out prompts and in the benchmark (k = {k})",
             "measured": (f"held-out (the training's prompts, host-side, {held.n} requests): {_iv(held)}"
-                         f"{_split({workload_label(model, w): v for w, v in heldout_by_workload(t).items()})}; benchmark (vLLM's counters, {bench.n} requests): "
+                         f"{_split(held_split)}; benchmark (vLLM's counters, {bench.n} requests): "
                          f"{_iv(bench)}{_split(bench_split)}"
                          + ("; the intervals overlap" if known and not apart else "")),
             "paper": "(not a paper finding)",
