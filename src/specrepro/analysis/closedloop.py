@@ -51,7 +51,7 @@ from .enginesim import fitted_drafters, workload
 from ..engine.results.modelfit import DRAFTERS, LOOKUP, SWEEP_SUFFIX
 from ..core.io import read_json, read_parquet, write_csv, write_json
 from ..engine.results.metrics import DRAFT_MODE, config_label_text, load_points
-from ..jobspec.args import METHOD_LABELS
+from ..jobspec.args import METHOD_LABELS, dataset_labels
 
 #: the key a simulated and a measured speedup must share
 KEY = ["exp", "dataset", "method", "k", "batch_size"]
@@ -623,11 +623,6 @@ def experiment_inputs(point_files, exp: str, prompt_files, trace_files):
     traces = {Path(t).name.removesuffix(".jsonl"): read_trace(t, aligned=()) for t in trace_files}
     traced = {ds: {r.id for r in recs} for ds, recs in traces.items()}
     return points, ids, traces, traced
-
-
-def dataset_labels(run_config: Mapping) -> dict[str, str]:
-    """{dataset: its label} of a run's resolved config (``results/run_config.json``), as the report's tables name them."""
-    return {k: (d or {}).get("label", k) for k, d in (run_config.get("datasets") or {}).items()}
 
 
 def run_closed_loop(a) -> None:

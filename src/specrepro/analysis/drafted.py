@@ -41,10 +41,10 @@ from ..core.io import read_json, read_parquet, write_csv, write_json
 from ..core.traces import TraceRecord, read_trace
 from ..engine.results.metrics import load_points
 from ..engine.results.modelfit import DRAFTERS, LOOKUP
-from ..jobspec.args import METHOD_LABELS, experiment_configs
+from ..jobspec.args import METHOD_LABELS, dataset_labels, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
 from .closedloop import (
-    SPLIT_COLUMNS, dataset_labels, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline,
+    SPLIT_COLUMNS, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline,
     with_errors,
 )
 from .falsify import FACTOR, VARIANT_LABELS, VARIANTS, variant_traces

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..jobspec import METHOD_LABELS as _ENGINE_METHOD_LABELS
+from ..jobspec.args import dataset_labels
 from ..jobspec.trees import experiment_engine, tree_study
 from ..core.io import SpecReproError
 
@@ -167,7 +168,6 @@ def engine_context(run_config: dict) -> TraceContext:
     kind = str(run_config.get("run", {}).get("kind", ""))
     default = {"cpu": "engine runs (CPU, tiny models)", "gpu": "engine runs (GPU)"}.get(kind, "engine runs")
     label = (run_config.get("subjects", {}).get(ENGINE_SUBJECT) or {}).get("label", default)
-    ds = run_config.get("datasets", {})
     models = run_config.get("models", {})
     exps, datasets = [], []
     for e in run_config.get("experiments", []) or []:
@@ -185,7 +185,7 @@ def engine_context(run_config: dict) -> TraceContext:
         subject=ENGINE_SUBJECT,
         subject_label=label,
         datasets=tuple(datasets),
-        dataset_labels={k: v.get("label", k) for k, v in ds.items()},
+        dataset_labels=dataset_labels(run_config),
         proposers=dict(ENGINE_METHODS),
         params=dict(run_config.get("figures", {})),
         run_kind=kind,
@@ -207,12 +207,11 @@ def trace_context(run_config: dict, traceset: str) -> TraceContext:
     if traceset not in sets:
         raise SpecReproError(f"trace set {traceset!r} is not in the run config (known: {', '.join(sorted(sets))})")
     ts = sets[traceset]
-    ds = run_config.get("datasets", {})
     return TraceContext(
         subject=traceset,
         subject_label=ts.get("label", traceset),
         datasets=tuple(ts["datasets"]),
-        dataset_labels={k: v.get("label", k) for k, v in ds.items()},
+        dataset_labels=dataset_labels(run_config),
         proposers={k: label for k, label in ts["proposers"]},
         params=dict(run_config.get("figures", {})),
         run_kind=str(run_config.get("run", {}).get("kind", "")),

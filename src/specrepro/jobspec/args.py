@@ -47,6 +47,11 @@ def trace_label(method: str) -> str:
     return config_label(method, TRACE_K)
 
 
+def dataset_labels(run_config: Mapping[str, Any]) -> dict[str, str]:
+    """{dataset: its label} of a run config (``results/run_config.json``), as the report's tables and figures name them."""
+    return {k: (d or {}).get("label", k) for k, d in (run_config.get("datasets") or {}).items()}
+
+
 def trace_methods(exp: Mapping[str, Any]) -> list[str]:
     """Methods of an experiment whose traces the run records (config order); none without a no-SD run,
     whose greedy outputs the traces are compared with."""
