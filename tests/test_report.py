@@ -246,3 +246,11 @@ def test_every_item_names_the_files_its_numbers_are_in(tmp_path, monkeypatch):
         assert spec.sources or "write_csv" in inspect.getsource(mod), spec.name
     tex = render(TEMPLATES, *minimal("gpu")[:2], evaluated_claims(), list(items.values()), [])
     assert r"\section{Where each number comes from}" in tex and r"\label{item:fig10_sim_speedup-h100-llama3.1-8b}" in tex
+
+
+
+def test_captions_are_plain_text_that_the_template_escapes():
+    """A caption goes through the template's ``tex`` filter, so TeX written into one shows in the PDF as typed (the
+    hybrid table's caption printed a backslash before PR #24344)."""
+    for spec in figreg.all_specs():
+        assert "\\" not in spec.caption, (spec.name, spec.caption)

@@ -32,7 +32,7 @@ SPEC = FigureSpec(
     caption=(
         "The plugin's hybrid proposer on {subject_label}: before the model drafter runs, a policy picks n-gram's "
         "draft or the drafter's per request and step: adaptive (the simulator's own online policy, the same function "
-        "in engine and simulator) and n-gram first (vLLM PR \\#24344's rule). Per dataset and batch size: the better "
+        "in engine and simulator) and n-gram first (vLLM PR #24344's rule). Per dataset and batch size: the better "
         "single method measured (fixed k), each hybrid's measured speedup over no SD (95 % paired bootstrap interval; "
         f"none over fewer than {MIN_INTERVAL_REQUESTS} requests, and the note below says so) "
         "with the simulator's prediction in parentheses (same requests, this run's cost model and traces, the model "
@@ -89,9 +89,15 @@ def few_requests_sentence(t: pd.DataFrame) -> str:
     return f"{text}, none shown." if text else ""
 
 
+def as_printed(v: pd.Series) -> pd.Series:
+    """Speedups at the two decimals the table prints them with: point values are compared as a reader sees them
+    (1.15 against 1.15 is level, whichever way the third decimal goes)."""
+    return pd.to_numeric(v, errors="coerce").map(lambda x: float(fmt(x)) if pd.notna(x) else x)
+
+
 def loses_on_points(t: pd.DataFrame, ctx: TraceContext) -> str:
     """Where each hybrid is below the better single method on the point values (no interval to go by)."""
-    lose = t[t["measured"] < t["best_single_measured"]]
+    lose = t[as_printed(t["measured"]) < as_printed(t["best_single_measured"])]
     if lose.empty:
         return "On the point values no hybrid is below the better single method at any measured point."
     pts = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {ctx.dataset_label(r.dataset)} at B = {int(r.batch_size)} "
@@ -212,8 +218,8 @@ def finding(csv) -> str:
     first = g.iloc[0]
     drafter = f" ({style.METHOD_LABELS.get(first['drafter'], first['drafter'])} at k = {int(first['k'])})"
     if few.any():
-        below = g["measured"] < g["best_single_measured"]
-        above = g["measured"] > g["best_single_measured"]
+        below = as_printed(g["measured"]) < as_printed(g["best_single_measured"])
+        above = as_printed(g["measured"]) > as_printed(g["best_single_measured"])
         how = ""
         basis = (f"; these are point values, as {request_range(g.loc[few, 'requests'])} requests per point are too few for a "
                  "95 % interval")
@@ -222,14 +228,17 @@ def finding(csv) -> str:
         above = g["measured_ci_low"] > g["best_single_measured"]
         how = ", beyond its 95 % interval,"
         basis = ""
+    by = ""  # how far below, said beside the count it belongs to
+    if below.any():
+        w = g[below].loc[g.loc[below, "vs_best_measured"].idxmin()]
+        ds = w["dataset_label"] if "dataset_label" in w and pd.notna(w["dataset_label"]) else w["dataset"]
+        by = f" (by up to {-100 * w['vs_best_measured']:.0f} %, on {ds} at B = {int(w['batch_size'])})"
+    level = int((~below & ~above).sum()) if few.any() else 0
     text = (f"Chosen online inside vLLM, the {name.removeprefix('hybrid-')} hybrid of n-gram and the model drafter"
             f"{drafter} "
             f"reaches {g['measured'].min():.2f}-{g['measured'].max():.2f}x over no SD against "
             f"{g['best_single_measured'].min():.2f}-{g['best_single_measured'].max():.2f}x for the better single method "
-            f"({best}) at the same {len(g)} (dataset, B) points, and is{how} below it at {int(below.sum())} of them and "
-            f"above it at {int(above.sum())}")
-    if below.any():
-        w = g[below].loc[g.loc[below, "vs_best_measured"].idxmin()]
-        ds = w["dataset_label"] if "dataset_label" in w and pd.notna(w["dataset_label"]) else w["dataset"]
-        text += f", by up to {-100 * w['vs_best_measured']:.0f} % on {ds} at B = {int(w['batch_size'])}"
+            f"({best}) at the same {len(g)} (dataset, B) points, and is{how} below it at {int(below.sum())} of them{by}"
+            + (f", level with it to the table's two decimals at {level}" if level else "")
+            + f" and above it at {int(above.sum())}")
     return text + f"{basis} ({src})."
