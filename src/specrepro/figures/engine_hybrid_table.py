@@ -95,13 +95,18 @@ def as_printed(v: pd.Series) -> pd.Series:
     return pd.to_numeric(v, errors="coerce").map(lambda x: float(fmt(x)) if pd.notna(x) else x)
 
 
+def _pct_signed(v: float) -> str:
+    """A signed percentage in whole points, with one decimal under 1 % (a loss of 0.3 % is not "-0 %")."""
+    return f"{100 * v:+.1f}" if abs(100 * v) < 0.95 else f"{100 * v:+.0f}"
+
+
 def loses_on_points(t: pd.DataFrame, ctx: TraceContext) -> str:
     """Where each hybrid is below the better single method on the point values (no interval to go by)."""
     lose = t[as_printed(t["measured"]) < as_printed(t["best_single_measured"])]
     if lose.empty:
         return "On the point values no hybrid is below the better single method at any measured point."
     pts = "; ".join(f"{r.hybrid.removeprefix('hybrid-')} on {ctx.dataset_label(r.dataset)} at B = {int(r.batch_size)} "
-                    f"({100 * r.vs_best_measured:+.0f} % against {style.METHOD_LABELS.get(r.best_single, r.best_single)})"
+                    f"({_pct_signed(r.vs_best_measured)} % against {style.METHOD_LABELS.get(r.best_single, r.best_single)})"
                     for r in lose.itertuples(index=False))
     return f"Where it loses on the point values (below the better single method): {pts}."
 
