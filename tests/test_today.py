@@ -322,7 +322,7 @@ def test_gap_table_and_statement_hand_computed():
     # k's (EAGLE k = 10), not the choice by batch size (true by construction: issue 24, item 2c); suffix, another
     # proposer, stays
     assert text == ["d: at B = 1 the paper's best fixed k gives 2.00x and the oracle 3.00x; suffix decoding (k by "
-                    "batch size) closes -50% of that gap."]
+                    "batch size) falls below that fixed k by 50% of that gap."]
     assert not any("k by batch size (EAGLE)" in x or "k by batch size (n-gram)" in x for x in text)
     # with the simulator's intervals: each speedup carries its own run's, the statement prints them
     ci = {("eagle", "fixed-3"): (1.9, 2.1), ("combined3", "oracle"): (2.8, 3.3), ("eagle", "batch-schedule"): (2.4, 2.6)}

@@ -263,12 +263,12 @@ def mixed_statements(m: pd.DataFrame, label=lambda d: d) -> list[str]:
         best = max((k for k, _ in MIXED[:2]), key=lambda k: -math.inf if math.isnan(r[k]) else r[k])
         who = "EAGLE" if best == "eagle_schedule" else "n-gram"
         honest = ("" if pd.isna(r["honest_oracle"]) else
-                  f"; against Oracle Combine charged both drafters ({r['honest_oracle']:.2f}x) it closes "
-                  f"{_pct(r[f'{best}_closed_honest'])}")
+                  f"; against Oracle Combine charged both drafters ({r['honest_oracle']:.2f}x) it "
+                  + _closes(r[f'{best}_closed_honest'], 'that fixed k').removesuffix(" of that gap"))
         out.append(f"{label(r['dataset'])}, batch sizes {r['batch_sizes']} mixed: one fixed k at best "
                    f"{r['best_fixed']:.2f}x ({_who(r['best_fixed_proposer'])}, k = {r['best_fixed_k']}), k by batch "
-                   f"size ({who}) {r[best]:.2f}x, the oracle {r[ORACLE]:.2f}x: k by batch size closes "
-                   f"{_pct(r[f'{best}_closed'])} of that gap{honest}.")
+                   f"size ({who}) {r[best]:.2f}x, the oracle {r[ORACLE]:.2f}x: k by batch size "
+                   f"{_closes(r[f'{best}_closed'], 'that fixed k')}{honest}.")
     return out
 
 
@@ -305,7 +305,7 @@ def statements(t: pd.DataFrame, batch_sizes: Sequence[int] = (1, 64), label=lamb
             r = r.iloc[0]
             parts.append(
                 f"at B = {b} the paper's best fixed k gives {_x(r, 'best_fixed')} and the oracle {_x(r, ORACLE)}; "
-                f"suffix decoding (k by batch size) closes {_pct(r['suffix_schedule_closed'])} of that gap")
+                f"suffix decoding (k by batch size) {_closes(r['suffix_schedule_closed'], 'that fixed k')}")
         if parts:
             out.append(f"{label(ds)}: " + "; ".join(parts) + ".")
     return out
@@ -346,6 +346,13 @@ def _x(r: Mapping, key: str) -> str:
 
 def _pct(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else whole(100 * x) + "%"
+
+
+def _closes(x: float, baseline: str) -> str:
+    """``closes 23% of that gap``; a negative share, which is a speedup below ``baseline``, said as such."""
+    if x is None or (isinstance(x, float) and math.isnan(x)) or x >= 0:
+        return f"closes {_pct(x)} of that gap"
+    return f"falls below {baseline} by {_pct(-x)} of that gap"
 
 
 # --- CLI -----------------------------------------------------------------------------------------
