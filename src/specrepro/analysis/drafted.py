@@ -44,8 +44,7 @@ from ..engine.results.modelfit import DRAFTERS, LOOKUP
 from ..jobspec.args import METHOD_LABELS, dataset_labels, experiment_configs
 from ..jobspec.drafts import ENGINE_DRAFTER_CHARGE, HYBRID_DRAFTER_CHARGE, draft_jobs, hybrid_params
 from .closedloop import (
-    SPLIT_COLUMNS, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline,
-    with_errors,
+    SPLIT_COLUMNS, experiment_inputs, job_split, measured_point, simulated_fields, with_baseline, with_errors,
 )
 from .falsify import FACTOR, VARIANT_LABELS, VARIANTS, variant_traces
 from ..sim.simulator import SimSpec, Workload, simulate

@@ -264,7 +264,7 @@ def mixed_statements(m: pd.DataFrame, label=lambda d: d) -> list[str]:
         who = "EAGLE" if best == "eagle_schedule" else "n-gram"
         honest = ("" if pd.isna(r["honest_oracle"]) else
                   f"; against Oracle Combine charged both drafters ({r['honest_oracle']:.2f}x) it "
-                  + _closes(r[f'{best}_closed_honest'], 'that fixed k').removesuffix(" of that gap"))
+                  + _closes(r[f'{best}_closed_honest'], 'that fixed k', of=""))
         out.append(f"{label(r['dataset'])}, batch sizes {r['batch_sizes']} mixed: one fixed k at best "
                    f"{r['best_fixed']:.2f}x ({_who(r['best_fixed_proposer'])}, k = {r['best_fixed_k']}), k by batch "
                    f"size ({who}) {r[best]:.2f}x, the oracle {r[ORACLE]:.2f}x: k by batch size "
@@ -348,11 +348,11 @@ def _pct(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else whole(100 * x) + "%"
 
 
-def _closes(x: float, baseline: str) -> str:
+def _closes(x: float, baseline: str, of: str = " of that gap") -> str:
     """``closes 23% of that gap``; a negative share, which is a speedup below ``baseline``, said as such."""
     if x is None or (isinstance(x, float) and math.isnan(x)) or x >= 0:
-        return f"closes {_pct(x)} of that gap"
-    return f"falls below {baseline} by {_pct(-x)} of that gap"
+        return f"closes {_pct(x)}{of}"
+    return f"falls below {baseline} by {_pct(-x)}{of}"
 
 
 # --- CLI -----------------------------------------------------------------------------------------
